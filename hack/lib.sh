@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Shared helpers for hack/*.sh. Source it; it does not run anything on its own.
+# shellcheck disable=SC2034  # variables here are used by the scripts that source this file
+
+# Directory holding the hack scripts, so callers work from any cwd.
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+
+# Per-user cache for built artefacts (images); override with RK_CACHE.
+RK_CACHE="${RK_CACHE:-${HOME:-/root}/.cache/rkubelet}"
+
+# All diagnostics go to stderr so stdout stays machine-readable.
+log() {
+    printf '[%s] %s\n' "$(basename "$0")" "$*" >&2
+}
+
+die() {
+    log "ERROR: $*"
+    exit 1
+}
+
+# containerd, mounts, cgroups and netlink all need root.
+need_root() {
+    if [[ "$(id -u)" -ne 0 ]]; then
+        die "must run as root"
+    fi
+}
+
+need_cmd() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || die "missing command '$c' (run hack/install-deps.sh)"
+    done
+}
