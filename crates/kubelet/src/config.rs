@@ -1,0 +1,627 @@
+//! Kubelet configuration: defaults, the `KubeletConfiguration` v1beta1 file, and validation.
+//!
+//! Mirrors upstream `pkg/kubelet/apis/config` (+ `v1beta1` defaults): the file is read leniently like
+//! upstream's fallback decoder (unknown fields are warnings naming the field), every invalid value is
+//! reported at once with its field path, and command-line flags are applied on top by the binary.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Errors loading or validating the configuration; all problems are listed, not just the first.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid YAML/JSON: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration{}:\n  {}", .path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default(), .errors.join("\n  "))]
+    Invalid {
+        path: Option<PathBuf>,
+        errors: Vec<String>,
+    },
+}
+
+/// The effective configuration the kubelet runs with (upstream `KubeletConfiguration` + flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeletConfig {
+    /// `--hostname-override` or the machine's hostname, lower-cased as upstream.
+    pub node_name: String,
+    /// `--root-dir`: pod data lives in `<root-dir>/pods/<uid>`.
+    pub root_dir: PathBuf,
+    /// `staticPodPath` / `--pod-manifest-path`.
+    pub static_pod_path: Option<PathBuf>,
+    /// `podLogsDir`: container logs go to `<podLogsDir>/<ns>_<name>_<uid>/<container>/<n>.log`.
+    pub pod_logs_dir: PathBuf,
+    /// `containerRuntimeEndpoint` / `--container-runtime-endpoint`.
+    pub container_runtime_endpoint: String,
+    /// `--pod-infra-container-image`: upstream only uses it to keep the image from GC; the runtime
+    /// picks the sandbox image itself.
+    pub pod_infra_container_image: String,
+    /// `syncFrequency`: how often a pod is resynced when nothing happens to it.
+    pub sync_frequency: Duration,
+    /// `fileCheckFrequency`: rescan of the static pod directory besides inotify.
+    pub file_check_frequency: Duration,
+    /// `runtimeRequestTimeout`: bound of every CRI call.
+    pub runtime_request_timeout: Duration,
+    /// `address`: bind address of the read-only (and later secure) server.
+    pub address: IpAddr,
+    /// `readOnlyPort`: 0 disables.
+    pub read_only_port: u16,
+    /// `healthzPort`: 0 disables.
+    pub healthz_port: u16,
+    /// `healthzBindAddress`.
+    pub healthz_bind_address: IpAddr,
+    /// `maxPods`.
+    pub max_pods: u32,
+    /// `serializeImagePulls`: one pull at a time, upstream's default.
+    pub serialize_image_pulls: bool,
+    /// `resolvConf`: the host resolver file pods with dnsPolicy Default get.
+    pub resolv_conf: PathBuf,
+    /// `clusterDomain`.
+    pub cluster_domain: String,
+    /// `clusterDNS`.
+    pub cluster_dns: Vec<IpAddr>,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        KubeletConfig {
+            node_name: String::new(),
+            root_dir: PathBuf::from("/var/lib/kubelet"),
+            static_pod_path: None,
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            pod_infra_container_image: "registry.k8s.io/pause:3.9".into(),
+            sync_frequency: Duration::from_secs(60),
+            file_check_frequency: Duration::from_secs(20),
+            runtime_request_timeout: Duration::from_secs(120),
+            address: IpAddr::from([0, 0, 0, 0]),
+            read_only_port: 0,
+            healthz_port: 10248,
+            healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
+            max_pods: 110,
+            serialize_image_pulls: true,
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            cluster_domain: String::new(),
+            cluster_dns: Vec::new(),
+        }
+    }
+}
+
+/// Every field of upstream's v1beta1 `KubeletConfiguration` (through 1.33). Fields in this list that
+/// rkubelet does not act on yet get a "not supported yet" warning instead of an "unknown field" one.
+const UPSTREAM_FIELDS: &[&str] = &[
+    "enableServer",
+    "staticPodPath",
+    "podLogsDir",
+    "syncFrequency",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "address",
+    "port",
+    "readOnlyPort",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "authentication",
+    "authorization",
+    "registryPullQPS",
+    "registryBurst",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS",
+    "eventBurst",
+    "enableDebuggingHandlers",
+    "enableContentionProfiling",
+    "healthzPort",
+    "healthzBindAddress",
+    "oomScoreAdj",
+    "clusterDomain",
+    "clusterDNS",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod",
+    "kubeletCgroups",
+    "systemCgroups",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "cgroupDriver",
+    "cpuManagerPolicy",
+    "singleProcessOOMKill",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "memoryManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+    "qosReserved",
+    "runtimeRequestTimeout",
+    "hairpinMode",
+    "maxPods",
+    "podCIDR",
+    "podPidsLimit",
+    "resolvConf",
+    "runOnce",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "nodeStatusMaxImages",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "mergeDefaultEvictionSettings",
+    "podsPerCore",
+    "enableControllerAttachDetach",
+    "protectKernelDefaults",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "featureGates",
+    "failSwapOn",
+    "memorySwap",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
+    "configMapAndSecretChangeDetectionStrategy",
+    "systemReserved",
+    "kubeReserved",
+    "reservedSystemCPUs",
+    "showHiddenMetricsForVersion",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "enforceNodeAllocatable",
+    "allowedUnsafeSysctls",
+    "volumePluginDir",
+    "providerID",
+    "kernelMemcgNotification",
+    "logging",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
+    "crashLoopBackOff",
+    "reservedMemory",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+    "seccompDefault",
+    "memoryThrottlingFactor",
+    "registerWithTaints",
+    "registerNode",
+    "tracing",
+    "localStorageCapacityIsolation",
+    "containerRuntimeEndpoint",
+    "imageServiceEndpoint",
+    "failCgroupV1",
+    "userNamespaces",
+];
+
+/// What reading a config file produced: the config (defaults + file) and warnings to log.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: KubeletConfig,
+    pub warnings: Vec<String>,
+    /// Whether the file set `readOnlyPort` (the binary's flag default differs from the file default).
+    pub read_only_port_set: bool,
+}
+
+/// Reads a `KubeletConfiguration` file (YAML or JSON) over the defaults.
+pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text).map_err(|e| match e {
+        ConfigError::Parse { message, .. } => ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        },
+        ConfigError::Invalid { errors, .. } => ConfigError::Invalid {
+            path: Some(path.to_path_buf()),
+            errors,
+        },
+        other => other,
+    })
+}
+
+/// Parses config text; see [`load_file`].
+pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+        path: PathBuf::new(),
+        message: e.to_string(),
+    })?;
+    let Value::Object(map) = value else {
+        return Err(ConfigError::Parse {
+            path: PathBuf::new(),
+            message: "top level must be a mapping".into(),
+        });
+    };
+    let mut r = Reader {
+        map: map.into_iter().collect(),
+        errors: Vec::new(),
+    };
+    let mut cfg = KubeletConfig::default();
+    let mut warnings = Vec::new();
+
+    match r.map.get("kind").and_then(Value::as_str) {
+        Some("KubeletConfiguration") => {}
+        other => r.errors.push(format!(
+            "kind: must be \"KubeletConfiguration\", got {other:?}"
+        )),
+    }
+    match r.map.get("apiVersion").and_then(Value::as_str) {
+        Some("kubelet.config.k8s.io/v1beta1") => {}
+        other => r.errors.push(format!(
+            "apiVersion: must be \"kubelet.config.k8s.io/v1beta1\", got {other:?}"
+        )),
+    }
+    r.path("staticPodPath", &mut cfg.static_pod_path);
+    if let Some(p) = r.string("podLogsDir") {
+        cfg.pod_logs_dir = PathBuf::from(p);
+    }
+    r.string_into(
+        "containerRuntimeEndpoint",
+        &mut cfg.container_runtime_endpoint,
+    );
+    r.duration("syncFrequency", &mut cfg.sync_frequency);
+    r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
+    r.duration("runtimeRequestTimeout", &mut cfg.runtime_request_timeout);
+    r.ip("address", &mut cfg.address);
+    let read_only_port_set = r.map.contains_key("readOnlyPort");
+    r.port("readOnlyPort", &mut cfg.read_only_port);
+    r.port("healthzPort", &mut cfg.healthz_port);
+    r.ip("healthzBindAddress", &mut cfg.healthz_bind_address);
+    if let Some(n) = r.int("maxPods") {
+        match u32::try_from(n) {
+            Ok(v) => cfg.max_pods = v,
+            Err(_) => r.errors.push(format!("maxPods: must be >= 0, got {n}")),
+        }
+    }
+    if let Some(b) = r.bool("serializeImagePulls") {
+        cfg.serialize_image_pulls = b;
+    }
+    if let Some(p) = r.string("resolvConf") {
+        cfg.resolv_conf = PathBuf::from(p);
+    }
+    r.string_into("clusterDomain", &mut cfg.cluster_domain);
+    if let Some(list) = r.string_list("clusterDNS") {
+        for s in list {
+            match s.parse() {
+                Ok(ip) => cfg.cluster_dns.push(ip),
+                Err(_) => r
+                    .errors
+                    .push(format!("clusterDNS: {s:?} is not an IP address")),
+            }
+        }
+    }
+    for key in r.map.keys() {
+        if key == "kind" || key == "apiVersion" {
+            continue;
+        }
+        if UPSTREAM_FIELDS.contains(&key.as_str()) {
+            warnings.push(format!(
+                "config field {key:?} is not supported by rkubelet yet; ignored"
+            ));
+        } else {
+            warnings.push(format!("unknown config field {key:?}; ignored"));
+        }
+    }
+    validate(&cfg, &mut r.errors);
+    if !r.errors.is_empty() {
+        return Err(ConfigError::Invalid {
+            path: None,
+            errors: r.errors,
+        });
+    }
+    Ok(Loaded {
+        config: cfg,
+        warnings,
+        read_only_port_set,
+    })
+}
+
+/// Checks values that have no valid meaning (upstream `validation.ValidateKubeletConfiguration`).
+pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
+    if cfg.sync_frequency.is_zero() {
+        errors.push("syncFrequency: must be greater than 0".into());
+    }
+    if cfg.file_check_frequency.is_zero() {
+        errors.push("fileCheckFrequency: must be greater than 0".into());
+    }
+    if cfg.runtime_request_timeout.is_zero() {
+        errors.push("runtimeRequestTimeout: must be greater than 0".into());
+    }
+    if cfg.max_pods == 0 {
+        errors.push("maxPods: must be greater than 0".into());
+    }
+    if !cfg.pod_logs_dir.is_absolute() {
+        errors.push(format!(
+            "podLogsDir: must be an absolute path, got {:?}",
+            cfg.pod_logs_dir
+        ));
+    }
+    if let Err(e) = rkubelet_cri::parse_endpoint(&cfg.container_runtime_endpoint) {
+        errors.push(format!("containerRuntimeEndpoint: {e}"));
+    }
+}
+
+/// Pulls typed fields out of the file's map, removing each one read and collecting type errors.
+struct Reader {
+    map: BTreeMap<String, Value>,
+    errors: Vec<String>,
+}
+
+impl Reader {
+    fn take(&mut self, key: &str) -> Option<Value> {
+        self.map.remove(key).filter(|v| !v.is_null())
+    }
+    fn string(&mut self, key: &str) -> Option<String> {
+        match self.take(key)? {
+            Value::String(s) => Some(s),
+            other => {
+                self.errors
+                    .push(format!("{key}: must be a string, got {other}"));
+                None
+            }
+        }
+    }
+    fn string_into(&mut self, key: &str, out: &mut String) {
+        if let Some(s) = self.string(key) {
+            *out = s;
+        }
+    }
+    fn path(&mut self, key: &str, out: &mut Option<PathBuf>) {
+        if let Some(s) = self.string(key) {
+            *out = (!s.is_empty()).then(|| PathBuf::from(s));
+        }
+    }
+    fn int(&mut self, key: &str) -> Option<i64> {
+        match self.take(key)? {
+            Value::Number(n) if n.is_i64() => n.as_i64(),
+            other => {
+                self.errors
+                    .push(format!("{key}: must be an integer, got {other}"));
+                None
+            }
+        }
+    }
+    fn bool(&mut self, key: &str) -> Option<bool> {
+        match self.take(key)? {
+            Value::Bool(b) => Some(b),
+            other => {
+                self.errors
+                    .push(format!("{key}: must be a boolean, got {other}"));
+                None
+            }
+        }
+    }
+    fn port(&mut self, key: &str, out: &mut u16) {
+        if let Some(n) = self.int(key) {
+            match u16::try_from(n) {
+                Ok(p) => *out = p,
+                Err(_) => self
+                    .errors
+                    .push(format!("{key}: must be between 0 and 65535, got {n}")),
+            }
+        }
+    }
+    fn ip(&mut self, key: &str, out: &mut IpAddr) {
+        if let Some(s) = self.string(key) {
+            match s.parse() {
+                Ok(ip) => *out = ip,
+                Err(_) => self
+                    .errors
+                    .push(format!("{key}: {s:?} is not an IP address")),
+            }
+        }
+    }
+    fn duration(&mut self, key: &str, out: &mut Duration) {
+        if let Some(s) = self.string(key) {
+            match parse_duration(&s) {
+                Ok(d) => *out = d,
+                Err(e) => self.errors.push(format!("{key}: {e}")),
+            }
+        }
+    }
+    fn string_list(&mut self, key: &str) -> Option<Vec<String>> {
+        match self.take(key)? {
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for (i, v) in items.into_iter().enumerate() {
+                    match v {
+                        Value::String(s) => out.push(s),
+                        other => self
+                            .errors
+                            .push(format!("{key}[{i}]: must be a string, got {other}")),
+                    }
+                }
+                Some(out)
+            }
+            other => {
+                self.errors
+                    .push(format!("{key}: must be a list of strings, got {other}"));
+                None
+            }
+        }
+    }
+}
+
+/// Parses a Go `time.Duration` string ("1m0s", "20s", "1.5h", "300ms"), the format upstream config
+/// files and flags use.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let orig = s;
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    if s.starts_with('-') {
+        return Err(format!("duration {orig:?} must not be negative"));
+    }
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("duration {orig:?} is missing a unit"))?;
+        if num_end == 0 {
+            return Err(format!("invalid duration {orig:?}"));
+        }
+        let n: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| format!("invalid duration {orig:?}"))?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => return Err(format!("unknown unit {u:?} in duration {orig:?}")),
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration as Go does (`1m0s`, `10s`, `1.5s`), for messages operators recognise.
+pub fn format_duration(d: Duration) -> String {
+    let total = d.as_secs();
+    let frac = d.subsec_millis();
+    let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
+    let secs = if frac > 0 {
+        format!("{s}.{:03}", frac).trim_end_matches('0').to_string()
+    } else {
+        s.to_string()
+    };
+    if h > 0 {
+        format!("{h}h{m}m{secs}s")
+    } else if m > 0 {
+        format!("{m}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_duration("1m0s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("300ms").unwrap(), Duration::from_millis(300));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(format_duration(Duration::from_secs(60)), "1m0s");
+        assert_eq!(format_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
+    }
+
+    #[test]
+    fn file_with_supported_unsupported_and_unknown_fields() {
+        let l = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: /etc/kubernetes/manifests\nsyncFrequency: 30s\nreadOnlyPort: 10255\n\
+             cgroupDriver: systemd\nbogusField: 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            l.config.static_pod_path,
+            Some("/etc/kubernetes/manifests".into())
+        );
+        assert_eq!(l.config.sync_frequency, Duration::from_secs(30));
+        assert_eq!(l.config.read_only_port, 10255);
+        assert!(l.read_only_port_set);
+        assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+        assert!(l
+            .warnings
+            .iter()
+            .any(|w| w.contains("cgroupDriver") && w.contains("not supported")));
+        assert!(l
+            .warnings
+            .iter()
+            .any(|w| w.contains("bogusField") && w.contains("unknown")));
+    }
+
+    #[test]
+    fn all_errors_listed_at_once() {
+        let err = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             syncFrequency: soon\nreadOnlyPort: 70000\nhealthzBindAddress: nope\nmaxPods: 0\n\
+             podLogsDir: relative\n",
+        )
+        .unwrap_err();
+        let ConfigError::Invalid { errors, .. } = err else {
+            panic!("expected Invalid, got {err}");
+        };
+        assert_eq!(errors.len(), 5, "{errors:?}");
+        for key in [
+            "syncFrequency",
+            "readOnlyPort",
+            "healthzBindAddress",
+            "maxPods",
+            "podLogsDir",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(key)),
+                "{key} missing in {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_kind_rejected() {
+        assert!(matches!(
+            parse("apiVersion: v1\nkind: Pod\n"),
+            Err(ConfigError::Invalid { .. })
+        ));
+        assert!(matches!(
+            parse("- a\n- b\n"),
+            Err(ConfigError::Parse { .. })
+        ));
+    }
+}

@@ -1,0 +1,369 @@
+//! `Kubelet::run`: wires the managers and runs the SyncLoop (upstream `kubelet.go` `Run`,
+//! `syncLoop`, `syncLoopIteration`, `HandlePodAdditions/Updates/Removes`, `HandlePodCleanups`).
+//!
+//! The SyncLoop only routes: it records what sources want, hands pods to their workers and keeps
+//! the resync queue. Everything that waits on the runtime happens in workers, so it never blocks.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use rkubelet_cri::{api, CriClient};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::config::KubeletConfig;
+use crate::dns::{self, DnsSettings};
+use crate::health::Health;
+use crate::images::ImageManager;
+use crate::pleg::{Pleg, PodLifecycleEvent};
+use crate::pod_workers::{PodWorkers, WorkerEvent};
+use crate::podutil;
+use crate::runtime::manager::RuntimePodRef;
+use crate::runtime::RuntimeManager;
+use crate::server;
+use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
+use crate::status::{StatusHandle, StatusManager};
+use crate::sync::SyncContext;
+
+/// Errors that stop the kubelet from starting at all.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error(transparent)]
+    Cri(#[from] rkubelet_cri::CriError),
+    #[error(transparent)]
+    Serve(#[from] server::ServeError),
+    #[error("creating {path}: {source}")]
+    Dir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+const SYNC_TICK: Duration = Duration::from_secs(1);
+const HOUSEKEEPING_TICK: Duration = Duration::from_secs(2);
+
+/// Waits until the runtime answers Version and reports RuntimeReady, retrying with backoff and
+/// saying clearly what is missing (upstream retries too instead of exiting).
+async fn wait_for_runtime(cri: &CriClient, cancel: &CancellationToken) -> Option<String> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let err = match cri.version(api::VersionRequest::default()).await {
+            Ok(v) => match cri.status(api::StatusRequest { verbose: false }).await {
+                Ok(s) => {
+                    let conds = s.status.map(|s| s.conditions).unwrap_or_default();
+                    let not_ready: Vec<_> = conds
+                        .iter()
+                        .filter(|c| c.r#type == "RuntimeReady" && !c.status)
+                        .map(|c| format!("{}: {} {}", c.r#type, c.reason, c.message))
+                        .collect();
+                    if not_ready.is_empty() {
+                        info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "container runtime is ready");
+                        for c in conds.iter().filter(|c| !c.status) {
+                            warn!(condition = %c.r#type, reason = %c.reason, message = %c.message, "runtime condition not met");
+                        }
+                        return Some(v.runtime_name);
+                    }
+                    format!("runtime not ready: {}", not_ready.join(", "))
+                }
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        warn!(endpoint = %cri.socket().display(), error = %err, retry_in = ?delay,
+            "container runtime is not available; is containerd running with its CRI plugin?");
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
+pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), KubeletError> {
+    for dir in [cfg.root_dir.join("pods"), cfg.pod_logs_dir.clone()] {
+        std::fs::create_dir_all(&dir).map_err(|source| KubeletError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?;
+    let health = Arc::new(Health::default());
+    let (status_mgr, status) = StatusManager::new();
+    let mut tasks = JoinSet::new();
+    tasks.spawn(status_mgr.run(cancel.child_token()));
+
+    if cfg.healthz_port != 0 {
+        let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+        let srv = server::bind(
+            "healthz",
+            addr,
+            false,
+            health.clone(),
+            status.clone(),
+            cancel.child_token(),
+        )
+        .await?;
+        tasks.spawn(srv);
+    }
+    if cfg.read_only_port != 0 {
+        let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
+        let srv = server::bind(
+            "read-only",
+            addr,
+            true,
+            health.clone(),
+            status.clone(),
+            cancel.child_token(),
+        )
+        .await?;
+        tasks.spawn(srv);
+    }
+
+    let Some(runtime_name) = wait_for_runtime(&cri, &cancel).await else {
+        return shutdown(tasks, cancel).await;
+    };
+    let host_dns = dns::load_host(&cfg.resolv_conf).unwrap_or_else(|e| {
+        warn!(file = %cfg.resolv_conf.display(), error = %e, "cannot read resolvConf; pods get no host DNS");
+        Default::default()
+    });
+    let runtime = RuntimeManager {
+        cri: cri.clone(),
+        pod_logs_dir: cfg.pod_logs_dir.clone(),
+        dns: DnsSettings {
+            host: host_dns,
+            cluster_dns: cfg.cluster_dns.clone(),
+            cluster_domain: cfg.cluster_domain.clone(),
+        },
+    };
+    let ctx = Arc::new(SyncContext {
+        runtime: runtime.clone(),
+        images: ImageManager::new(cri.clone(), cfg.serialize_image_pulls),
+        status: status.clone(),
+        root_dir: cfg.root_dir.clone(),
+        runtime_name,
+    });
+
+    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
+    let (pleg, runtime_pods) = Pleg::new(runtime, pleg_tx, health.clone());
+    tasks.spawn(
+        pleg.run(cancel.child_token())
+            .instrument(tracing::info_span!("pleg")),
+    );
+
+    let (snap_tx, snap_rx) = mpsc::channel(16);
+    let (cfg_tx, cfg_rx) = mpsc::channel(256);
+    tasks.spawn(source::mux::run(snap_rx, cfg_tx, cancel.child_token()));
+    let mut expected_sources = HashSet::new();
+    if let Some(dir) = cfg.static_pod_path.clone() {
+        expected_sources.insert(source::FILE_SOURCE);
+        let fs = source::file::FileSource::new(
+            dir,
+            cfg.node_name.clone(),
+            cfg.file_check_frequency,
+            snap_tx.clone(),
+        );
+        tasks.spawn(
+            fs.run(cancel.child_token())
+                .instrument(tracing::info_span!("file_source")),
+        );
+    }
+    drop(snap_tx);
+
+    let (worker_tx, worker_rx) = mpsc::unbounded_channel();
+    let workers = PodWorkers::new(ctx, worker_tx, cancel.child_token());
+    let sync_loop = SyncLoop {
+        cfg,
+        pods: HashMap::new(),
+        waiting_for_name: HashMap::new(),
+        queue: HashMap::new(),
+        seen_sources: HashSet::new(),
+        expected_sources,
+        workers,
+        status,
+        health,
+        runtime_pods,
+    };
+    sync_loop
+        .run(cfg_rx, pleg_rx, worker_rx, cancel.clone())
+        .await;
+    shutdown(tasks, cancel).await
+}
+
+async fn shutdown(mut tasks: JoinSet<()>, cancel: CancellationToken) -> Result<(), KubeletError> {
+    cancel.cancel();
+    while tasks.join_next().await.is_some() {}
+    info!("rkubelet stopped; pods keep running");
+    Ok(())
+}
+
+/// The SyncLoop's state; owned by the loop alone.
+struct SyncLoop {
+    cfg: KubeletConfig,
+    /// Upstream's pod manager: what the sources want, by UID.
+    pods: HashMap<String, Arc<Pod>>,
+    /// New pods whose full name is still held by a terminating predecessor.
+    waiting_for_name: HashMap<String, Arc<Pod>>,
+    /// Upstream's work queue: when each pod is due for its next sync.
+    queue: HashMap<String, Instant>,
+    seen_sources: HashSet<&'static str>,
+    expected_sources: HashSet<&'static str>,
+    workers: PodWorkers,
+    status: StatusHandle,
+    health: Arc<Health>,
+    runtime_pods: watch::Receiver<Arc<Vec<RuntimePodRef>>>,
+}
+
+impl SyncLoop {
+    async fn run(
+        mut self,
+        mut config: mpsc::Receiver<ConfigEvent>,
+        mut pleg: mpsc::Receiver<PodLifecycleEvent>,
+        mut worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
+        cancel: CancellationToken,
+    ) {
+        let mut sync_tick = tokio::time::interval(SYNC_TICK);
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_TICK);
+        sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        info!("starting the SyncLoop");
+        loop {
+            self.health.sync_loop_ran();
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                Some(ev) = config.recv() => match ev {
+                    ConfigEvent::Update(u) => self.handle_update(u).await,
+                    ConfigEvent::SourceReady(s) => {
+                        info!(source = s, "pod source ready");
+                        self.seen_sources.insert(s);
+                    }
+                },
+                Some(ev) = pleg.recv() => {
+                    if let Some(pod) = self.pods.get(&ev.uid) {
+                        if !self.waiting_for_name.contains_key(&podutil::full_name(pod)) {
+                            self.workers.sync(pod.clone());
+                        }
+                    }
+                }
+                Some(ev) = worker_events.recv() => self.handle_worker_event(ev).await,
+                _ = sync_tick.tick() => self.dispatch_due(),
+                _ = housekeeping.tick() => self.housekeeping(),
+            }
+        }
+        info!("SyncLoop stopping; waiting for pod workers");
+        self.workers.shutdown().await;
+    }
+
+    async fn handle_update(&mut self, u: PodUpdate) {
+        for pod in u.pods {
+            let uid = podutil::uid(&pod).to_string();
+            match u.op {
+                PodOp::Add | PodOp::Update => {
+                    if u.op == PodOp::Add {
+                        info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
+                    }
+                    self.pods.insert(uid.clone(), pod.clone());
+                    self.status.add(pod.clone()).await;
+                    self.start_or_wait(pod);
+                }
+                PodOp::Remove => {
+                    info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
+                    self.pods.remove(&uid);
+                    self.queue.remove(&uid);
+                    let full = podutil::full_name(&pod);
+                    if self
+                        .waiting_for_name
+                        .get(&full)
+                        .is_some_and(|p| podutil::uid(p) == uid)
+                    {
+                        self.waiting_for_name.remove(&full);
+                        self.status.remove(&uid).await;
+                    } else {
+                        self.workers.terminate(pod, None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A new pod runs once no other UID with its full name still has a worker.
+    fn start_or_wait(&mut self, pod: Arc<Pod>) {
+        let full = podutil::full_name(&pod);
+        if self.workers.name_busy(&full, podutil::uid(&pod)) {
+            debug!(pod = %full, "waiting for the previous pod of this name to terminate");
+            self.waiting_for_name.insert(full, pod);
+        } else {
+            self.workers.sync(pod);
+        }
+    }
+
+    async fn handle_worker_event(&mut self, ev: WorkerEvent) {
+        match ev {
+            WorkerEvent::Synced { uid, retry_after } => {
+                if self.pods.contains_key(&uid) {
+                    let after = retry_after.unwrap_or_else(|| jitter(self.cfg.sync_frequency));
+                    self.queue.insert(uid, Instant::now() + after);
+                }
+            }
+            WorkerEvent::Finished { uid, full_name } => {
+                self.workers.forget(&uid);
+                self.workers.reap();
+                self.queue.remove(&uid);
+                if let Some(pod) = self.waiting_for_name.remove(&full_name) {
+                    self.start_or_wait(pod);
+                }
+            }
+        }
+    }
+
+    fn dispatch_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .queue
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in due {
+            self.queue.remove(&uid);
+            if let Some(pod) = self.pods.get(&uid) {
+                self.workers.sync(pod.clone());
+            }
+        }
+    }
+
+    /// Upstream `HandlePodCleanups`: pods the runtime has that no source wants are killed and
+    /// removed. Only once every source has been read, or a restart would kill everything.
+    fn housekeeping(&mut self) {
+        self.workers.reap();
+        if !self.expected_sources.is_subset(&self.seen_sources) {
+            return;
+        }
+        let runtime_pods = self.runtime_pods.borrow().clone();
+        for r in runtime_pods.iter() {
+            if self.pods.contains_key(&r.uid) || self.workers.has(&r.uid) {
+                continue;
+            }
+            info!(pod = %format!("{}/{}", r.namespace, r.name), uid = %r.uid, "cleaning up runtime pod no source wants");
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(r.name.clone());
+            pod.metadata.namespace = Some(r.namespace.clone());
+            pod.metadata.uid = Some(r.uid.clone());
+            pod.spec = Some(PodSpec::default());
+            self.workers
+                .terminate(Arc::new(pod), Some(Duration::from_secs(2)));
+        }
+    }
+}
+
+/// Upstream resyncs with up to 50% jitter so pods do not sync in lockstep.
+fn jitter(d: Duration) -> Duration {
+    d + d.mul_f64(fastrand::f64() * 0.5)
+}

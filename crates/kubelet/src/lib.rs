@@ -1,0 +1,20 @@
+//! rkubelet's managers: pod sources, SyncLoop, pod workers, runtime manager, PLEG, status and the
+//! HTTP endpoints. See `shared/DESIGN.md` for the map to upstream `pkg/kubelet`.
+
+pub mod backoff;
+pub mod config;
+pub mod dns;
+pub mod health;
+pub mod images;
+pub mod kubelet;
+pub mod pleg;
+pub mod pod_workers;
+pub mod podutil;
+pub mod resources;
+pub mod runtime;
+pub mod server;
+pub mod source;
+pub mod status;
+pub mod sync;
+
+pub use config::KubeletConfig;

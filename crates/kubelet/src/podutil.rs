@@ -1,0 +1,109 @@
+//! Small accessors over `v1.Pod` that every manager needs (upstream `kubecontainer.GetPodFullName`,
+//! `format.Pod`, `kubetypes.IsStaticPod`, API defaulting).
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext};
+
+use crate::source::static_pod::{default_pull_policy, CONFIG_SOURCE_ANNOTATION};
+
+/// `name_namespace`, the key upstream uses to keep two pods of one name from running at once.
+pub fn full_name(pod: &Pod) -> String {
+    format!("{}_{}", name(pod), namespace(pod))
+}
+
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or("")
+}
+
+pub fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+pub fn uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or("")
+}
+
+/// `ns/name` for logs, as upstream's `klog.KObj`.
+pub fn describe(pod: &Pod) -> String {
+    format!("{}/{}", namespace(pod), name(pod))
+}
+
+pub fn is_static(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|s| s != "api")
+}
+
+pub fn restart_policy(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
+
+pub fn containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
+}
+
+pub fn init_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+pub fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The grace period a deletion uses when nothing overrides it.
+pub fn grace_period_seconds(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+}
+
+/// The defaults the API server would have applied (`SetDefaults_Pod`, `SetDefaults_Container`), so
+/// a static pod reads the same as an API pod and container hashes are stable.
+pub fn apply_api_defaults(pod: &mut Pod) {
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
+    spec.security_context
+        .get_or_insert_with(PodSecurityContext::default);
+    spec.enable_service_links.get_or_insert(true);
+    let all = spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .chain(spec.containers.iter_mut());
+    for c in all {
+        let image = c.image.clone().unwrap_or_default();
+        c.image_pull_policy
+            .get_or_insert_with(|| default_pull_policy(&image).into());
+        c.termination_message_path
+            .get_or_insert_with(|| "/dev/termination-log".into());
+        c.termination_message_policy
+            .get_or_insert_with(|| "File".into());
+        for p in c.ports.iter_mut().flatten() {
+            p.protocol.get_or_insert_with(|| "TCP".into());
+        }
+    }
+}

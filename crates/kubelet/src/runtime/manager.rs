@@ -1,0 +1,446 @@
+//! CRI-facing half of the runtime manager (upstream `kubeGenericRuntimeManager`): reads a pod's
+//! runtime state and performs single operations. Decisions live in `actions`; the order of
+//! operations for one sync lives in `sync`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use rkubelet_cri::{api, CriClient, CriError};
+use tracing::{debug, warn};
+
+use super::{
+    container, labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus,
+};
+use crate::dns::DnsSettings;
+
+/// Runtime operation errors; they carry the CRI error and what we were doing.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{what}: {source}")]
+    Cri {
+        what: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn cri(what: impl Into<String>) -> impl FnOnce(CriError) -> RuntimeError {
+    let what = what.into();
+    move |source| RuntimeError::Cri { what, source }
+}
+
+/// A pod the runtime has, identified by its labels (for PLEG and housekeeping).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RuntimePodRef {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+/// Cheap to clone: a CRI client and immutable settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeManager {
+    pub cri: CriClient,
+    pub pod_logs_dir: PathBuf,
+    pub dns: DnsSettings,
+}
+
+fn uid_filter(uid: &str) -> std::collections::HashMap<String, String> {
+    [(labels::POD_UID.to_string(), uid.to_string())].into()
+}
+
+impl RuntimeManager {
+    /// Everything the runtime has for `uid`, newest first (upstream `GetPodStatus`).
+    pub async fn pod_status(&self, uid: &str) -> Result<PodRuntimeStatus, RuntimeError> {
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: uid_filter(uid),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(cri("list pod sandboxes"))?
+            .items;
+        let mut out = PodRuntimeStatus::default();
+        for sb in sandboxes {
+            let st = match self
+                .cri
+                .pod_sandbox_status(api::PodSandboxStatusRequest {
+                    pod_sandbox_id: sb.id.clone(),
+                    verbose: false,
+                })
+                .await
+            {
+                Ok(r) => r.status,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(cri(format!("status of sandbox {}", sb.id))(e)),
+            };
+            let Some(st) = st else { continue };
+            let net = st.network.as_ref();
+            let host_network = st
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
+            out.sandboxes.push(SandboxStatus {
+                id: st.id,
+                attempt: st.metadata.map(|m| m.attempt).unwrap_or(0),
+                ready: st.state == api::PodSandboxState::SandboxReady as i32,
+                ip: net.map(|n| n.ip.clone()).unwrap_or_default(),
+                additional_ips: net
+                    .map(|n| n.additional_ips.iter().map(|i| i.ip.clone()).collect())
+                    .unwrap_or_default(),
+                created_at: st.created_at,
+                host_network,
+            });
+        }
+        out.sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+
+        let containers = self
+            .cri
+            .list_containers(api::ListContainersRequest {
+                filter: Some(api::ContainerFilter {
+                    label_selector: uid_filter(uid),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(cri("list containers"))?
+            .containers;
+        let statuses = join_all(containers.iter().map(|c| {
+            self.cri.container_status(api::ContainerStatusRequest {
+                container_id: c.id.clone(),
+                verbose: false,
+            })
+        }))
+        .await;
+        for (c, st) in containers.iter().zip(statuses) {
+            let st = match st {
+                Ok(r) => r.status,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(cri(format!("status of container {}", c.id))(e)),
+            };
+            let Some(st) = st else { continue };
+            let ann = &st.annotations;
+            out.containers.push(ContainerStatus {
+                id: st.id.clone(),
+                name: st
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default(),
+                state: ContainerState::from(st.state),
+                created_at: st.created_at,
+                started_at: st.started_at,
+                finished_at: st.finished_at,
+                exit_code: st.exit_code,
+                reason: st.reason.clone(),
+                message: st.message.clone(),
+                hash: ann.get(labels::CONTAINER_HASH).cloned().unwrap_or_default(),
+                restart_count: ann
+                    .get(labels::CONTAINER_RESTART_COUNT)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0),
+                image: st
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                image_ref: st.image_ref.clone(),
+                is_init: ann.get(labels::CONTAINER_TYPE).is_some_and(|t| t == "init"),
+            });
+        }
+        out.containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(out)
+    }
+
+    /// Creates the pod's sandbox and returns its ID and IP (upstream `createPodSandbox`).
+    pub async fn run_sandbox(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+    ) -> Result<(String, String), RuntimeError> {
+        let config = sandbox::sandbox_config(pod, attempt, &self.pod_logs_dir, &self.dns);
+        tokio::fs::create_dir_all(&config.log_directory)
+            .await
+            .map_err(|source| RuntimeError::Io {
+                what: format!("create pod log directory {}", config.log_directory),
+                source,
+            })?;
+        let id = self
+            .cri
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.clone())
+                    .unwrap_or_default(),
+            })
+            .await
+            .map_err(cri("RunPodSandbox"))?
+            .pod_sandbox_id;
+        let ip = self
+            .cri
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: id.clone(),
+                verbose: false,
+            })
+            .await
+            .ok()
+            .and_then(|r| r.status)
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default();
+        Ok((id, ip))
+    }
+
+    /// CreateContainer + StartContainer (upstream `startContainer`, without hooks yet). Returns the
+    /// container ID; errors say which step failed, because the reason differs
+    /// (`CreateContainerError` vs `RunContainerError`).
+    pub async fn create_and_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        config: api::ContainerConfig,
+        sandbox_id: &str,
+        sandbox_attempt: u32,
+    ) -> Result<String, StartFailure> {
+        let sb_config =
+            sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns);
+        let log_dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod).join(&c.name);
+        if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
+            return Err(StartFailure::Create(format!(
+                "create container log directory {}: {e}",
+                log_dir.display()
+            )));
+        }
+        let id = self
+            .cri
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sb_config),
+            })
+            .await
+            .map_err(|e| StartFailure::Create(e.message()))?
+            .container_id;
+        if let Err(e) = self
+            .cri
+            .start_container(api::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+        {
+            return Err(StartFailure::Start(e.message()));
+        }
+        Ok(id)
+    }
+
+    /// StopContainer with a grace period; a container already gone counts as stopped.
+    pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        match self
+            .cri
+            .stop_container(api::StopContainerRequest {
+                container_id: id.to_string(),
+                timeout: grace.as_secs() as i64,
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(cri(format!("stop container {id}"))(e)),
+        }
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        match self
+            .cri
+            .remove_container(api::RemoveContainerRequest {
+                container_id: id.to_string(),
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(cri(format!("remove container {id}"))(e)),
+        }
+    }
+
+    pub async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        match self
+            .cri
+            .stop_pod_sandbox(api::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(cri(format!("stop sandbox {id}"))(e)),
+        }
+    }
+
+    pub async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        match self
+            .cri
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(cri(format!("remove sandbox {id}"))(e)),
+        }
+    }
+
+    /// Stops every running container in parallel with `grace`, then every sandbox (upstream
+    /// `KillPod`). Returns the first error after trying everything.
+    pub async fn kill_pod(
+        &self,
+        status: &PodRuntimeStatus,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let running: Vec<_> = status
+            .containers
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.state,
+                    ContainerState::Running | ContainerState::Created | ContainerState::Unknown
+                )
+            })
+            .collect();
+        let results = join_all(running.iter().map(|c| {
+            debug!(container = %c.name, id = %c.id, grace = ?grace, "stopping container");
+            self.stop_container(&c.id, grace)
+        }))
+        .await;
+        let mut first_err = results.into_iter().find_map(Result::err);
+        for sb in status.sandboxes.iter().filter(|s| s.ready) {
+            if let Err(e) = self.stop_sandbox(&sb.id).await {
+                warn!(sandbox = %sb.id, error = %e, "failed to stop sandbox");
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Removes all containers and sandboxes of a pod that was killed, and its log directory
+    /// (upstream does this through container GC once the pod is gone).
+    pub async fn remove_pod(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+    ) -> Result<(), RuntimeError> {
+        let mut first_err = None;
+        for c in &status.containers {
+            if let Err(e) = self.remove_container(&c.id).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        for sb in &status.sandboxes {
+            if let Err(e) = self.remove_sandbox(&sb.id).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        if first_err.is_none() {
+            let dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod);
+            if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    warn!(dir = %dir.display(), error = %e, "failed to remove pod log directory");
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// All pods the runtime has, by their labels (upstream `GetPods(all=true)`).
+    pub async fn list_pods(
+        &self,
+    ) -> Result<Vec<(RuntimePodRef, RuntimeSnapshotEntry)>, RuntimeError> {
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+            .await
+            .map_err(cri("list pod sandboxes"))?
+            .items;
+        let containers = self
+            .cri
+            .list_containers(api::ListContainersRequest { filter: None })
+            .await
+            .map_err(cri("list containers"))?
+            .containers;
+        let mut map: std::collections::BTreeMap<String, (RuntimePodRef, RuntimeSnapshotEntry)> =
+            Default::default();
+        let key = |l: &std::collections::HashMap<String, String>| -> Option<RuntimePodRef> {
+            Some(RuntimePodRef {
+                uid: l.get(labels::POD_UID)?.clone(),
+                name: l.get(labels::POD_NAME).cloned().unwrap_or_default(),
+                namespace: l.get(labels::POD_NAMESPACE).cloned().unwrap_or_default(),
+            })
+        };
+        for sb in sandboxes {
+            let Some(k) = key(&sb.labels) else { continue };
+            let e = map
+                .entry(k.uid.clone())
+                .or_insert_with(|| (k, Default::default()));
+            e.1.sandboxes
+                .push((sb.id, sb.state == api::PodSandboxState::SandboxReady as i32));
+        }
+        for c in containers {
+            let Some(k) = key(&c.labels) else { continue };
+            let e = map
+                .entry(k.uid.clone())
+                .or_insert_with(|| (k, Default::default()));
+            e.1.containers.push((c.id, ContainerState::from(c.state)));
+        }
+        for (_, (_, e)) in map.iter_mut() {
+            e.sandboxes.sort();
+            e.containers.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        Ok(map.into_values().collect())
+    }
+
+    /// Builds the container config; separate so the caller can map errors to
+    /// `CreateContainerConfigError`.
+    pub fn container_config(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        image_ref: &str,
+        restart_count: i32,
+        is_init: bool,
+        pod_ip: &str,
+    ) -> Result<api::ContainerConfig, container::ConfigError> {
+        container::container_config(pod, c, image_ref, restart_count, is_init, pod_ip)
+    }
+}
+
+/// Which step of starting a container failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartFailure {
+    Create(String),
+    Start(String),
+}
+
+/// What PLEG compares between relists: sandbox (id, ready) and container (id, state), sorted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimeSnapshotEntry {
+    pub sandboxes: Vec<(String, bool)>,
+    pub containers: Vec<(String, ContainerState)>,
+}

@@ -1,0 +1,178 @@
+//! Static pod directory source (upstream `config/file.go` + `file_linux.go`): inotify on the
+//! directory plus a full rescan every `fileCheckFrequency`.
+//!
+//! Differs from upstream on purpose in one place: a file that stops parsing keeps its last good
+//! pods (upstream's watch path does this, its periodic relist drops them). Half-saved edits then
+//! never kill a running pod; deleting the file still removes it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use notify::Watcher;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::static_pod::parse_manifest;
+use super::{SourceSnapshot, FILE_SOURCE};
+
+/// Watches one manifest directory and sends a full snapshot after every change.
+pub struct FileSource {
+    dir: PathBuf,
+    node_name: String,
+    period: Duration,
+    tx: mpsc::Sender<SourceSnapshot>,
+    /// Per file: its content and what it last parsed to successfully.
+    files: BTreeMap<PathBuf, FileState>,
+}
+
+struct FileState {
+    content: Vec<u8>,
+    pods: Vec<Pod>,
+}
+
+impl FileSource {
+    pub fn new(
+        dir: PathBuf,
+        node_name: String,
+        period: Duration,
+        tx: mpsc::Sender<SourceSnapshot>,
+    ) -> Self {
+        FileSource {
+            dir,
+            node_name,
+            period,
+            tx,
+            files: BTreeMap::new(),
+        }
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let (ev_tx, mut ev_rx) = mpsc::channel::<()>(1);
+        let mut watcher: Option<notify::RecommendedWatcher> = None;
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if watcher.is_none() {
+                watcher = self.watch(ev_tx.clone());
+            }
+            self.rescan().await;
+            if self
+                .tx
+                .send(SourceSnapshot {
+                    source: FILE_SOURCE,
+                    pods: self.files.values().flat_map(|f| f.pods.clone()).collect(),
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+                Some(()) = ev_rx.recv() => {
+                    // Editors write in several steps; let them finish before reading.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    while ev_rx.try_recv().is_ok() {}
+                }
+            }
+        }
+    }
+
+    fn watch(&self, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+        let handler = move |res: notify::Result<notify::Event>| {
+            if let Ok(ev) = res {
+                if !ev.kind.is_access() {
+                    let _ = tx.try_send(());
+                }
+            }
+        };
+        let mut w = match notify::recommended_watcher(handler) {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(error = %e, "cannot create inotify watcher; relying on periodic rescans");
+                return None;
+            }
+        };
+        match w.watch(&self.dir, notify::RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
+            Err(e) => {
+                warn!(dir = %self.dir.display(), error = %e, "cannot watch static pod path; will retry");
+                None
+            }
+        }
+    }
+
+    /// Re-reads the directory; only changed files are parsed again.
+    async fn rescan(&mut self) {
+        let entries = match read_dir_sorted(&self.dir).await {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(dir = %self.dir.display(), error = %e, "unable to read static pod path");
+                return;
+            }
+        };
+        let mut seen = HashMap::new();
+        for path in entries {
+            let content = match tokio::fs::read(&path).await {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(file = %path.display(), error = %e, "cannot read static pod manifest");
+                    continue;
+                }
+            };
+            seen.insert(path.clone(), ());
+            if self.files.get(&path).is_some_and(|f| f.content == content) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&content);
+            match parse_manifest(&text, &path.to_string_lossy(), &self.node_name) {
+                Ok(pods) => {
+                    info!(file = %path.display(), pods = pods.len(), "read static pod manifest");
+                    self.files.insert(path, FileState { content, pods });
+                }
+                Err(e) => {
+                    let kept = self.files.get(&path).map(|f| f.pods.len()).unwrap_or(0);
+                    error!(file = %path.display(), error = %e, kept_previous_pods = kept,
+                        "invalid static pod manifest; other pods are not affected");
+                    let pods = self.files.remove(&path).map(|f| f.pods).unwrap_or_default();
+                    // Remember the bad content so the error is logged once, not every rescan.
+                    self.files.insert(path, FileState { content, pods });
+                }
+            }
+        }
+        self.files.retain(|p, _| {
+            let keep = seen.contains_key(p);
+            if !keep {
+                debug!(file = %p.display(), "static pod manifest removed");
+            }
+            keep
+        });
+    }
+}
+
+/// Regular files of `dir` not starting with a dot, in name order (upstream ignores dot files).
+async fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut rd = tokio::fs::read_dir(dir).await?;
+    let mut out = Vec::new();
+    while let Some(e) = rd.next_entry().await? {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = e.path();
+        // Follow symlinks (kubeadm-style setups link manifests in).
+        if tokio::fs::metadata(&path)
+            .await
+            .map(|m| m.is_file())
+            .unwrap_or(false)
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,48 @@
+//! Pod sources and their merge into one update stream (upstream `pkg/kubelet/config`).
+//!
+//! A source sends complete snapshots of the pods it wants; the mux diffs each source's snapshot
+//! against its previous one and emits ADD / UPDATE / REMOVE to the SyncLoop. Snapshots rather than
+//! deltas make every source trivially correct after a resync or a missed event.
+
+pub mod file;
+pub mod mux;
+pub mod static_pod;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Upstream `kubetypes.PodOperation` (the subset a snapshot-based mux produces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodOp {
+    Add,
+    Update,
+    Remove,
+}
+
+/// One change for the SyncLoop.
+#[derive(Debug, Clone)]
+pub struct PodUpdate {
+    pub op: PodOp,
+    pub pods: Vec<Arc<Pod>>,
+    pub source: &'static str,
+}
+
+/// What the mux tells the SyncLoop.
+#[derive(Debug, Clone)]
+pub enum ConfigEvent {
+    Update(PodUpdate),
+    /// The source delivered its first snapshot: until every source has, housekeeping must not
+    /// remove runtime pods (they may simply not have been read yet).
+    SourceReady(&'static str),
+}
+
+/// Everything one source wants right now.
+#[derive(Debug, Clone)]
+pub struct SourceSnapshot {
+    pub source: &'static str,
+    pub pods: Vec<Pod>,
+}
+
+/// Name of the static pod directory source, as upstream's `kubetypes.FileSource`.
+pub const FILE_SOURCE: &str = "file";

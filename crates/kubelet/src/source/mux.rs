@@ -1,0 +1,154 @@
+//! Merges source snapshots into ADD / UPDATE / REMOVE for the SyncLoop (upstream `PodConfig` /
+//! `podStorage.merge`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::{ConfigEvent, PodOp, PodUpdate, SourceSnapshot};
+use crate::podutil;
+
+/// What one source last wanted, by UID.
+#[derive(Default)]
+pub struct Merger {
+    sources: HashMap<&'static str, HashMap<String, Arc<Pod>>>,
+}
+
+impl Merger {
+    /// Diffs a snapshot against the source's previous one. REMOVE comes before ADD so that an edited
+    /// static pod (new UID, same name) frees its name first. Returns (events, first_time).
+    pub fn merge(&mut self, snap: SourceSnapshot) -> (Vec<PodUpdate>, bool) {
+        let first = !self.sources.contains_key(snap.source);
+        let old = self.sources.entry(snap.source).or_default();
+        let mut new: HashMap<String, Arc<Pod>> = HashMap::new();
+        let mut names = HashSet::new();
+        for pod in snap.pods {
+            let uid = podutil::uid(&pod).to_string();
+            let full = podutil::full_name(&pod);
+            if !names.insert(full.clone()) || new.contains_key(&uid) {
+                warn!(pod = %full, source = snap.source, "duplicate pod name or UID in source; ignoring the later one");
+                continue;
+            }
+            new.insert(uid, Arc::new(pod));
+        }
+        let mut removes = Vec::new();
+        let mut adds = Vec::new();
+        let mut updates = Vec::new();
+        for (uid, pod) in old.iter() {
+            if !new.contains_key(uid) {
+                removes.push(pod.clone());
+            }
+        }
+        for (uid, pod) in &new {
+            match old.get(uid) {
+                None => adds.push(pod.clone()),
+                Some(prev) if prev.metadata != pod.metadata || prev.spec != pod.spec => {
+                    updates.push(pod.clone())
+                }
+                Some(_) => {}
+            }
+        }
+        *old = new;
+        let mut out = Vec::new();
+        for (op, pods) in [
+            (PodOp::Remove, removes),
+            (PodOp::Add, adds),
+            (PodOp::Update, updates),
+        ] {
+            if !pods.is_empty() {
+                out.push(PodUpdate {
+                    op,
+                    pods,
+                    source: snap.source,
+                });
+            }
+        }
+        (out, first)
+    }
+}
+
+/// The mux task: snapshots in, events out.
+pub async fn run(
+    mut rx: mpsc::Receiver<SourceSnapshot>,
+    tx: mpsc::Sender<ConfigEvent>,
+    cancel: CancellationToken,
+) {
+    let mut merger = Merger::default();
+    loop {
+        let snap = tokio::select! {
+            _ = cancel.cancelled() => return,
+            s = rx.recv() => match s { Some(s) => s, None => return },
+        };
+        let source = snap.source;
+        let (events, first) = merger.merge(snap);
+        for ev in events {
+            if tx.send(ConfigEvent::Update(ev)).await.is_err() {
+                return;
+            }
+        }
+        if first && tx.send(ConfigEvent::SourceReady(source)).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("default".into());
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    #[test]
+    fn diffs_snapshots() {
+        let mut m = Merger::default();
+        let (ev, first) = m.merge(SourceSnapshot {
+            source: "file",
+            pods: vec![pod("a", "1"), pod("b", "2")],
+        });
+        assert!(first);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].op, PodOp::Add);
+        assert_eq!(ev[0].pods.len(), 2);
+        // Same snapshot again: nothing.
+        let (ev, first) = m.merge(SourceSnapshot {
+            source: "file",
+            pods: vec![pod("a", "1"), pod("b", "2")],
+        });
+        assert!(!first);
+        assert!(ev.is_empty());
+        // Edit of a (new uid, same name) and removal of b: removes first, then the add.
+        let (ev, _) = m.merge(SourceSnapshot {
+            source: "file",
+            pods: vec![pod("a", "3")],
+        });
+        let ops: Vec<_> = ev.iter().map(|e| (e.op, e.pods.len())).collect();
+        assert_eq!(ops, vec![(PodOp::Remove, 2), (PodOp::Add, 1)]);
+        // Label change with same uid: update.
+        let mut p = pod("a", "3");
+        p.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        let (ev, _) = m.merge(SourceSnapshot {
+            source: "file",
+            pods: vec![p],
+        });
+        assert_eq!(ev[0].op, PodOp::Update);
+        // Duplicate names: the later one is ignored.
+        let (ev, _) = m.merge(SourceSnapshot {
+            source: "file",
+            pods: vec![pod("a", "3"), pod("a", "4")],
+        });
+        assert_eq!(
+            ev.iter().map(|e| e.op).collect::<Vec<_>>(),
+            vec![PodOp::Update]
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! The API pod status computed from the runtime's state (upstream `generateAPIPodStatus`,
+//! `convertToAPIContainerStatuses`, `getPhase`, `status/generate.go`). Pure: table-tested.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodIP,
+    PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::podutil;
+use crate::resources;
+use crate::runtime::actions::should_container_be_restarted;
+use crate::runtime::{ContainerState, ContainerStatus, PodRuntimeStatus};
+
+/// The last start failure of a container (upstream `ReasonCache`): reason and message.
+pub type Reasons = HashMap<String, (String, String)>;
+
+/// Inputs besides the pod and runtime state.
+pub struct StatusContext<'a> {
+    pub reasons: &'a Reasons,
+    pub old: Option<&'a PodStatus>,
+    pub now: Timestamp,
+    /// "containerd": prefixes container IDs as upstream (`containerd://<id>`).
+    pub runtime_name: &'a str,
+    /// When the kubelet first saw the pod.
+    pub start_time: Timestamp,
+}
+
+/// Now, at the second precision API times carry (jiff is built without its clock here).
+pub fn now() -> Timestamp {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn time_ns(ns: i64) -> Option<Time> {
+    (ns > 0)
+        .then(|| Timestamp::from_nanosecond(ns as i128).ok())
+        .flatten()
+        .map(Time)
+}
+
+fn terminated_state(s: &ContainerStatus, runtime: &str) -> ApiState {
+    let reason = if !s.reason.is_empty() {
+        s.reason.clone()
+    } else if s.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    };
+    ApiState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: s.exit_code,
+            reason: Some(reason),
+            message: (!s.message.is_empty()).then(|| s.message.clone()),
+            started_at: time_ns(s.started_at),
+            finished_at: time_ns(s.finished_at),
+            container_id: Some(format!("{runtime}://{}", s.id)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn waiting(reason: &str, message: Option<String>) -> ApiState {
+    ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message,
+        }),
+        ..Default::default()
+    }
+}
+
+fn state_of(s: &ContainerStatus, runtime: &str) -> ApiState {
+    match s.state {
+        ContainerState::Running => ApiState {
+            running: Some(ContainerStateRunning {
+                started_at: time_ns(s.started_at),
+            }),
+            ..Default::default()
+        },
+        ContainerState::Exited => terminated_state(s, runtime),
+        _ => ApiState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..Default::default()
+        },
+    }
+}
+
+fn container_statuses(
+    pod: &Pod,
+    specs: &[Container],
+    rt: &PodRuntimeStatus,
+    cx: &StatusContext,
+    default_waiting: &str,
+) -> Vec<ApiContainerStatus> {
+    specs
+        .iter()
+        .map(|c| {
+            let mut instances = rt.containers.iter().filter(|s| s.name == c.name);
+            let current = instances.next();
+            let previous = instances.next();
+            let mut st = ApiContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                ..Default::default()
+            };
+            match current {
+                None => st.state = Some(waiting(default_waiting, None)),
+                Some(s) => {
+                    st.state = Some(state_of(s, cx.runtime_name));
+                    st.container_id = Some(format!("{}://{}", cx.runtime_name, s.id));
+                    st.image_id = s.image_ref.clone();
+                    st.restart_count = s.restart_count;
+                    st.ready = s.state == ContainerState::Running;
+                    st.started = Some(s.state == ContainerState::Running);
+                    if let Some(p) = previous.filter(|p| p.state == ContainerState::Exited) {
+                        st.last_state = Some(terminated_state(p, cx.runtime_name));
+                    }
+                }
+            }
+            // A container that will be started again shows why it is not running yet.
+            if should_container_be_restarted(c, pod, rt) {
+                if let Some((reason, message)) = cx.reasons.get(&c.name) {
+                    if st.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
+                        st.last_state = st.state.take();
+                    }
+                    st.state = Some(waiting(reason, Some(message.clone())));
+                    st.ready = false;
+                }
+            }
+            st
+        })
+        .collect()
+}
+
+/// Upstream `getPhase` (without sidecar containers, which come with the lifecycle work).
+pub fn phase(
+    pod: &Pod,
+    init: &[ApiContainerStatus],
+    containers: &[ApiContainerStatus],
+) -> &'static str {
+    let policy = podutil::restart_policy(pod);
+    let (mut pending_init, mut failed_init) = (0, 0);
+    for s in init {
+        let state = s.state.as_ref();
+        if state.is_some_and(|x| x.running.is_some()) {
+            pending_init += 1;
+        } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if state.is_some_and(|x| x.waiting.is_some()) {
+            let last_failed = s
+                .last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0);
+            if last_failed {
+                failed_init += 1;
+            } else {
+                pending_init += 1;
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for s in containers {
+        let state = s.state.as_ref();
+        if state.is_some_and(|x| x.running.is_some()) {
+            running += 1;
+        } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if state.is_some_and(|x| x.waiting.is_some()) {
+            if s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some()
+            {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && policy == "Never" {
+        return "Failed";
+    }
+    if pending_init > 0 || failed_init > 0 {
+        return "Pending";
+    }
+    if waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 && unknown == 0 {
+        return "Running";
+    }
+    if running == 0 && stopped > 0 && unknown == 0 {
+        if policy == "Always" {
+            return "Running";
+        }
+        if stopped == succeeded {
+            return "Succeeded";
+        }
+        if policy == "Never" {
+            return "Failed";
+        }
+        return "Running";
+    }
+    "Pending"
+}
+
+fn condition(
+    kind: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    cx: &StatusContext,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let old = cx
+        .old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == kind));
+    let last = match old {
+        Some(o) if o.status == status => o.last_transition_time.clone(),
+        _ => Some(Time(cx.now)),
+    };
+    PodCondition {
+        type_: kind.into(),
+        status: status.into(),
+        reason: reason.map(Into::into),
+        message,
+        last_transition_time: last,
+        ..Default::default()
+    }
+}
+
+fn names_where(
+    statuses: &[ApiContainerStatus],
+    pred: impl Fn(&ApiContainerStatus) -> bool,
+) -> Vec<String> {
+    statuses
+        .iter()
+        .filter(|s| pred(s))
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+/// Computes the whole API status of a pod.
+pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStatus {
+    let inits = podutil::init_containers(pod);
+    let init_done_before = rt.containers.iter().any(|c| !c.is_init);
+    let init_statuses = container_statuses(pod, inits, rt, cx, "PodInitializing");
+    let app_waiting = if inits.is_empty() || init_done_before {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let statuses = container_statuses(pod, podutil::containers(pod), rt, cx, app_waiting);
+    let phase = phase(pod, &init_statuses, &statuses);
+
+    let mut ips = rt.pod_ips();
+    if ips.is_empty() {
+        // A stopped sandbox has no IP; keep showing the one the pod had, as upstream.
+        ips = cx
+            .old
+            .and_then(|o| o.pod_ips.as_ref())
+            .map(|v| v.iter().map(|i| i.ip.clone()).collect())
+            .unwrap_or_default();
+    }
+
+    let sandbox_ok = rt
+        .sandboxes
+        .first()
+        .is_some_and(|s| s.ready && (s.host_network || !s.ip.is_empty()));
+    let incomplete_init = names_where(&init_statuses, |s| {
+        s.state
+            .as_ref()
+            .and_then(|x| x.terminated.as_ref())
+            .is_none_or(|t| t.exit_code != 0)
+    });
+    let initialized = incomplete_init.is_empty() || init_done_before;
+    let unready = names_where(&statuses, |s| !s.ready);
+    let containers_ready = unready.is_empty();
+    let succeeded = phase == "Succeeded";
+    let fmt_list = |v: &[String]| format!("[{}]", v.join(" "));
+    let (init_reason, init_msg) = match (initialized, succeeded) {
+        (false, _) => (
+            Some("ContainersNotInitialized"),
+            Some(format!(
+                "containers with incomplete status: {}",
+                fmt_list(&incomplete_init)
+            )),
+        ),
+        (true, true) => (Some("PodCompleted"), None),
+        (true, false) => (None, None),
+    };
+    let (ready_reason, ready_msg) = match (containers_ready, succeeded) {
+        (true, _) => (None, None),
+        (false, true) => (Some("PodCompleted"), None),
+        (false, false) => (
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: {}",
+                fmt_list(&unready)
+            )),
+        ),
+    };
+    let conditions = vec![
+        condition("PodReadyToStartContainers", sandbox_ok, None, None, cx),
+        condition("Initialized", initialized, init_reason, init_msg, cx),
+        condition(
+            "Ready",
+            containers_ready,
+            ready_reason,
+            ready_msg.clone(),
+            cx,
+        ),
+        condition(
+            "ContainersReady",
+            containers_ready,
+            ready_reason,
+            ready_msg,
+            cx,
+        ),
+    ];
+
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(conditions),
+        pod_ip: ips.first().cloned(),
+        pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: Some(Time(cx.start_time)),
+        qos_class: Some(resources::pod_qos(pod).as_str().into()),
+        init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
+        container_statuses: Some(statuses),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,420 @@
+//! The pod worker's transaction scripts (upstream `SyncPod`, `SyncTerminatingPod`,
+//! `SyncTerminatedPod` and `kuberuntime_manager.SyncPod`): read the runtime, decide with
+//! `compute_pod_actions`, act through the runtime manager, publish the status.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use tracing::{info, warn};
+
+use crate::backoff::Backoff;
+use crate::images::ImageManager;
+use crate::podutil;
+use crate::runtime::manager::StartFailure;
+use crate::runtime::{
+    compute_pod_actions, labels, ContainerState, PodRuntimeStatus, RuntimeError, RuntimeManager,
+};
+use crate::status::compute::{self, Reasons, StatusContext};
+use crate::status::StatusHandle;
+
+/// Upstream's pod worker retry period after a failed sync (`backOffPeriod`).
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+
+/// The upstream reasons a container can wait with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    ErrImagePull,
+    ImagePullBackOff,
+    ErrImageNeverPull,
+    InvalidImageName,
+    ImageInspectError,
+    CrashLoopBackOff,
+    CreateContainerConfigError,
+    CreateContainerError,
+    RunContainerError,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ErrImagePull => "ErrImagePull",
+            Reason::ImagePullBackOff => "ImagePullBackOff",
+            Reason::ErrImageNeverPull => "ErrImageNeverPull",
+            Reason::InvalidImageName => "InvalidImageName",
+            Reason::ImageInspectError => "ImageInspectError",
+            Reason::CrashLoopBackOff => "CrashLoopBackOff",
+            Reason::CreateContainerConfigError => "CreateContainerConfigError",
+            Reason::CreateContainerError => "CreateContainerError",
+            Reason::RunContainerError => "RunContainerError",
+        }
+    }
+}
+
+/// Why a container did not start: its reason, message, and when trying again makes sense.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}: {message}", reason.as_str())]
+pub struct StartError {
+    pub reason: Reason,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl StartError {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        StartError {
+            reason,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+    pub fn retry_after(mut self, d: Duration) -> Self {
+        self.retry_after = Some(d);
+        self
+    }
+}
+
+/// Handles every pod worker shares; immutable.
+#[derive(Clone)]
+pub struct SyncContext {
+    pub runtime: RuntimeManager,
+    pub images: ImageManager,
+    pub status: StatusHandle,
+    pub root_dir: PathBuf,
+    pub runtime_name: String,
+}
+
+/// What a worker keeps between syncs of its pod.
+pub struct PodState {
+    pub crash_backoff: Backoff,
+    pub image_backoff: Backoff,
+    pub reasons: Reasons,
+    pub last_status: Option<PodStatus>,
+    pub first_seen: Timestamp,
+}
+
+impl PodState {
+    pub fn new() -> Self {
+        PodState {
+            crash_backoff: Backoff::crash_loop(),
+            image_backoff: Backoff::image_pull(),
+            reasons: HashMap::new(),
+            last_status: None,
+            first_seen: compute::now(),
+        }
+    }
+}
+
+impl Default for PodState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The result of one sync.
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    /// The pod reached Succeeded or Failed: the worker terminates it and never starts it again.
+    pub terminal: bool,
+    /// Sync again this soon (backoff ends, or an error to retry); None means the regular resync.
+    pub retry_after: Option<Duration>,
+}
+
+fn pod_dir(ctx: &SyncContext, pod: &Pod) -> PathBuf {
+    ctx.root_dir.join("pods").join(podutil::uid(pod))
+}
+
+/// Publishes the API status computed from `rt` and returns it.
+async fn publish(
+    ctx: &SyncContext,
+    state: &mut PodState,
+    pod: &Arc<Pod>,
+    rt: &PodRuntimeStatus,
+) -> PodStatus {
+    let cx = StatusContext {
+        reasons: &state.reasons,
+        old: state.last_status.as_ref(),
+        now: compute::now(),
+        runtime_name: &ctx.runtime_name,
+        start_time: state.first_seen,
+    };
+    let status = compute::generate(pod, rt, &cx);
+    if state.last_status.as_ref() != Some(&status) {
+        ctx.status.set(pod.clone(), status.clone()).await;
+        state.last_status = Some(status.clone());
+    }
+    status
+}
+
+fn is_terminal(s: &PodStatus) -> bool {
+    matches!(s.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+}
+
+/// Upstream `SyncPod`: one pass towards the spec.
+pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
+    let who = podutil::describe(pod);
+    let dir = pod_dir(ctx, pod);
+    for sub in ["volumes", "plugins", "containers"] {
+        if let Err(e) = tokio::fs::create_dir_all(dir.join(sub)).await {
+            warn!(pod = %who, error = %e, dir = %dir.display(), "cannot create pod data directory");
+            return SyncOutcome {
+                terminal: false,
+                retry_after: Some(ERROR_RETRY),
+            };
+        }
+    }
+    let rt = match ctx.runtime.pod_status(podutil::uid(pod)).await {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!(pod = %who, error = %e, "cannot read pod status from the runtime");
+            return SyncOutcome {
+                terminal: false,
+                retry_after: Some(ERROR_RETRY),
+            };
+        }
+    };
+    let status = publish(ctx, state, pod, &rt).await;
+    if is_terminal(&status) {
+        return SyncOutcome {
+            terminal: true,
+            retry_after: None,
+        };
+    }
+    let retry = execute(ctx, state, pod, &rt).await;
+    // Show the result of what was just done without waiting for PLEG.
+    if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
+        let status = publish(ctx, state, pod, &rt).await;
+        if is_terminal(&status) {
+            return SyncOutcome {
+                terminal: true,
+                retry_after: None,
+            };
+        }
+    }
+    SyncOutcome {
+        terminal: false,
+        retry_after: retry,
+    }
+}
+
+fn grace(pod: &Pod) -> Duration {
+    Duration::from_secs(podutil::grace_period_seconds(pod).max(0) as u64)
+}
+
+/// Carries out `compute_pod_actions`; returns when to retry, if anything failed or waits.
+async fn execute(
+    ctx: &SyncContext,
+    state: &mut PodState,
+    pod: &Arc<Pod>,
+    rt: &PodRuntimeStatus,
+) -> Option<Duration> {
+    let who = podutil::describe(pod);
+    let actions = compute_pod_actions(pod, rt);
+    let mut retry: Option<Duration> = None;
+    let mut want_retry = |d: Duration| retry = Some(retry.map_or(d, |r: Duration| r.min(d)));
+
+    if actions.kill_pod {
+        if actions.create_sandbox {
+            info!(pod = %who, "sandbox changed or missing; (re)creating the pod sandbox");
+        } else {
+            info!(pod = %who, "no containers should run; stopping the pod");
+        }
+        if let Err(e) = ctx.runtime.kill_pod(rt, grace(pod)).await {
+            warn!(pod = %who, error = %e, "failed to kill pod");
+            return Some(ERROR_RETRY);
+        }
+        if !actions.create_sandbox {
+            return None;
+        }
+    }
+    for k in &actions.containers_to_kill {
+        info!(pod = %who, container = %k.name, "{}", k.message);
+        if let Err(e) = ctx.runtime.stop_container(&k.id, grace(pod)).await {
+            warn!(pod = %who, container = %k.name, error = %e, "failed to stop container");
+            want_retry(ERROR_RETRY);
+        }
+    }
+
+    let (sandbox_id, attempt, ip) = if actions.create_sandbox {
+        match ctx.runtime.run_sandbox(pod, actions.attempt).await {
+            Ok((id, ip)) => {
+                info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
+                (id, actions.attempt, ip)
+            }
+            Err(e) => {
+                warn!(pod = %who, error = %e, "failed to create pod sandbox");
+                return Some(ERROR_RETRY);
+            }
+        }
+    } else {
+        let ip = rt
+            .sandboxes
+            .first()
+            .map(|s| s.ip.clone())
+            .unwrap_or_default();
+        (actions.sandbox_id.clone(), actions.attempt, ip)
+    };
+    let restart_counts: HashMap<&str, i32> = rt
+        .containers
+        .iter()
+        .rev()
+        .map(|c| (c.name.as_str(), c.restart_count))
+        .collect();
+
+    let mut starts: Vec<(&Container, bool)> = Vec::new();
+    if let Some(i) = actions.next_init_container {
+        starts.extend(podutil::init_containers(pod).get(i).map(|c| (c, true)));
+    }
+    for &i in &actions.containers_to_start {
+        starts.extend(podutil::containers(pod).get(i).map(|c| (c, false)));
+    }
+    for (c, is_init) in starts {
+        let restart_count = restart_counts
+            .get(c.name.as_str())
+            .map(|n| n + 1)
+            .unwrap_or(0);
+        match start_container(
+            ctx,
+            state,
+            pod,
+            c,
+            is_init,
+            rt,
+            &sandbox_id,
+            attempt,
+            &ip,
+            restart_count,
+        )
+        .await
+        {
+            Ok(id) => {
+                state.reasons.remove(&c.name);
+                info!(pod = %who, container = %c.name, id = %id, restart_count, "started container");
+            }
+            Err(e) => {
+                if e.reason != Reason::CrashLoopBackOff && e.reason != Reason::ImagePullBackOff {
+                    warn!(pod = %who, container = %c.name, reason = e.reason.as_str(), message = %e.message, "container failed to start");
+                }
+                want_retry(e.retry_after.unwrap_or(ERROR_RETRY));
+                state
+                    .reasons
+                    .insert(c.name.clone(), (e.reason.as_str().to_string(), e.message));
+            }
+        }
+    }
+    prune_dead_containers(ctx, pod, rt).await;
+    let now = SystemTime::now();
+    state.crash_backoff.gc(now);
+    state.image_backoff.gc(now);
+    retry
+}
+
+/// Backoff check, image, config, create and start for one container (upstream `startContainer`
+/// preceded by `doBackOff`).
+#[allow(clippy::too_many_arguments)]
+async fn start_container(
+    ctx: &SyncContext,
+    state: &mut PodState,
+    pod: &Pod,
+    c: &Container,
+    is_init: bool,
+    rt: &PodRuntimeStatus,
+    sandbox_id: &str,
+    sandbox_attempt: u32,
+    ip: &str,
+    restart_count: i32,
+) -> Result<String, StartError> {
+    if let Some(last) = rt
+        .find(&c.name)
+        .filter(|s| s.state == ContainerState::Exited)
+    {
+        let key = format!(
+            "{}_{}_{}_{}_{}",
+            podutil::name(pod),
+            podutil::namespace(pod),
+            podutil::uid(pod),
+            c.name,
+            labels::container_hash(c)
+        );
+        let finished =
+            SystemTime::UNIX_EPOCH + Duration::from_nanos(last.finished_at.max(0) as u64);
+        let now = SystemTime::now();
+        if let Some(left) = state.crash_backoff.in_backoff_since(&key, finished, now) {
+            let msg = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                crate::config::format_duration(state.crash_backoff.get(&key)),
+                c.name,
+                podutil::name(pod),
+                podutil::namespace(pod),
+                podutil::uid(pod)
+            );
+            return Err(StartError::new(Reason::CrashLoopBackOff, msg).retry_after(left));
+        }
+        state.crash_backoff.next(&key, finished, now);
+    }
+    let image_ref = ctx.images.ensure(pod, c, &mut state.image_backoff).await?;
+    let config = ctx
+        .runtime
+        .container_config(pod, c, &image_ref, restart_count, is_init, ip)
+        .map_err(|e| StartError::new(Reason::CreateContainerConfigError, e.0))?;
+    ctx.runtime
+        .create_and_start(pod, c, config, sandbox_id, sandbox_attempt)
+        .await
+        .map_err(|f| match f {
+            StartFailure::Create(m) => StartError::new(Reason::CreateContainerError, m),
+            StartFailure::Start(m) => StartError::new(Reason::RunContainerError, m),
+        })
+}
+
+/// Container GC for one pod (upstream keeps `MaxPerPodContainer` = 1 dead instance per container):
+/// the newest instance and the one before it stay (status and `logs --previous` need them).
+async fn prune_dead_containers(ctx: &SyncContext, pod: &Pod, rt: &PodRuntimeStatus) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for c in &rt.containers {
+        let n = seen.entry(c.name.as_str()).or_default();
+        *n += 1;
+        if *n > 2 && c.state == ContainerState::Exited {
+            if let Err(e) = ctx.runtime.remove_container(&c.id).await {
+                warn!(pod = %podutil::describe(pod), container = %c.name, error = %e, "failed to remove dead container");
+            }
+        }
+    }
+}
+
+/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status.
+pub async fn terminate_pod(
+    ctx: &SyncContext,
+    state: &mut PodState,
+    pod: &Arc<Pod>,
+    grace_override: Option<Duration>,
+) -> Result<(), RuntimeError> {
+    let rt = ctx.runtime.pod_status(podutil::uid(pod)).await?;
+    let g = grace_override.unwrap_or_else(|| grace(pod));
+    info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    ctx.runtime.kill_pod(&rt, g).await?;
+    if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
+        publish(ctx, state, pod, &rt).await;
+    }
+    Ok(())
+}
+
+/// Upstream `SyncTerminatedPod` plus the container/sandbox GC of a deleted pod: remove containers,
+/// sandboxes, logs and the pod directory.
+pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeError> {
+    let rt = ctx.runtime.pod_status(podutil::uid(pod)).await?;
+    // Anything still running (a racing restart) is stopped first.
+    ctx.runtime.kill_pod(&rt, Duration::from_secs(2)).await?;
+    ctx.runtime.remove_pod(pod, &rt).await?;
+    let dir = pod_dir(ctx, pod);
+    match tokio::fs::remove_dir_all(&dir).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(RuntimeError::Io {
+            what: format!("remove pod directory {}", dir.display()),
+            source,
+        }),
+    }
+}

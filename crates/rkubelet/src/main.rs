@@ -1,0 +1,196 @@
+//! The `rkubelet` binary: upstream kubelet flags + `KubeletConfiguration` file -> `KubeletConfig`,
+//! logging, signals. Flags override the file, as upstream.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use kubelet::config::{self, KubeletConfig};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    config::parse_duration(s)
+}
+
+/// rkubelet: a Kubernetes node agent (kubelet) in Rust.
+#[derive(Parser, Debug)]
+#[command(name = "rkubelet", version, about, long_about = None)]
+struct Flags {
+    /// Path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file; flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory with static pod manifests (staticPodPath).
+    #[arg(long, value_name = "DIR")]
+    pod_manifest_path: Option<PathBuf>,
+    /// CRI endpoint, e.g. unix:///run/containerd/containerd.sock (containerRuntimeEndpoint).
+    #[arg(long, value_name = "ENDPOINT")]
+    container_runtime_endpoint: Option<String>,
+    /// Directory for kubelet files (pod data in <root-dir>/pods).
+    #[arg(long, value_name = "DIR")]
+    root_dir: Option<PathBuf>,
+    /// Use this name instead of the hostname as the node name.
+    #[arg(long, value_name = "NAME")]
+    hostname_override: Option<String>,
+    /// The sandbox image; only informational with CRI runtimes (containerd uses its sandbox_image).
+    #[arg(long, value_name = "IMAGE")]
+    pod_infra_container_image: Option<String>,
+    /// Port of the localhost healthz endpoint; 0 disables (healthzPort).
+    #[arg(long, value_name = "PORT")]
+    healthz_port: Option<u16>,
+    /// Address of the healthz server (healthzBindAddress).
+    #[arg(long, value_name = "IP")]
+    healthz_bind_address: Option<IpAddr>,
+    /// Read-only port with /pods and /healthz; 0 disables. Default 10255 without --config, else the
+    /// file's readOnlyPort (default 0), as upstream.
+    #[arg(long, value_name = "PORT")]
+    read_only_port: Option<u16>,
+    /// Address the read-only server binds (address).
+    #[arg(long, value_name = "IP")]
+    address: Option<IpAddr>,
+    /// Resync period of a pod when nothing happens to it (syncFrequency), e.g. 1m0s.
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    sync_frequency: Option<Duration>,
+    /// Rescan period of the static pod directory besides inotify (fileCheckFrequency).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    file_check_frequency: Option<Duration>,
+    /// Timeout of every CRI request except long-running ones (runtimeRequestTimeout).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    runtime_request_timeout: Option<Duration>,
+    /// Maximum number of pods (maxPods).
+    #[arg(long, value_name = "N")]
+    max_pods: Option<u32>,
+    /// Pull one image at a time (serializeImagePulls).
+    #[arg(long, value_name = "BOOL")]
+    serialize_image_pulls: Option<bool>,
+    /// Resolver file for pods with dnsPolicy Default (resolvConf).
+    #[arg(long, value_name = "FILE")]
+    resolv_conf: Option<PathBuf>,
+    /// Cluster DNS server IPs, comma separated (clusterDNS).
+    #[arg(long, value_delimiter = ',', value_name = "IP,...")]
+    cluster_dns: Option<Vec<IpAddr>>,
+    /// Cluster domain for pod search paths (clusterDomain).
+    #[arg(long, value_name = "DOMAIN")]
+    cluster_domain: Option<String>,
+    /// Log verbosity as upstream klog: 0-2 info, 3-4 debug, 5+ trace. RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
+    verbosity: u8,
+}
+
+fn node_name(flag: Option<&str>) -> String {
+    let raw = match flag {
+        Some(n) if !n.trim().is_empty() => n.trim().to_string(),
+        _ => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into()),
+    };
+    raw.to_lowercase()
+}
+
+/// Defaults, then the file, then the flags that were given.
+fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
+    let (mut cfg, ro_from_file) = match &flags.config {
+        Some(path) => {
+            let loaded = config::load_file(path)?;
+            for w in &loaded.warnings {
+                warn!(file = %path.display(), "{w}");
+            }
+            (loaded.config, true)
+        }
+        None => (KubeletConfig::default(), false),
+    };
+    if !ro_from_file {
+        cfg.read_only_port = 10255;
+    }
+    macro_rules! set {
+        ($($field:ident),*) => { $( if let Some(v) = flags.$field.clone() { cfg.$field = v; } )* };
+    }
+    set!(
+        container_runtime_endpoint,
+        root_dir,
+        pod_infra_container_image,
+        healthz_port,
+        healthz_bind_address,
+        read_only_port,
+        address,
+        sync_frequency,
+        file_check_frequency,
+        runtime_request_timeout,
+        max_pods,
+        serialize_image_pulls,
+        resolv_conf,
+        cluster_dns,
+        cluster_domain
+    );
+    if let Some(p) = &flags.pod_manifest_path {
+        cfg.static_pod_path = (!p.as_os_str().is_empty()).then(|| p.clone());
+    }
+    cfg.node_name = node_name(flags.hostname_override.as_deref());
+    let mut errors = Vec::new();
+    config::validate(&cfg, &mut errors);
+    if !errors.is_empty() {
+        anyhow::bail!("invalid configuration:\n  {}", errors.join("\n  "));
+    }
+    Ok(cfg)
+}
+
+fn init_tracing(v: u8) {
+    let level = match v {
+        0..=2 => "info",
+        3..=4 => "info,kubelet=debug,rkubelet=debug,rkubelet_cri=debug",
+        _ => "info,kubelet=trace,rkubelet=trace,rkubelet_cri=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+/// Upstream sets the kubelet's own oom_score_adj to -999; without CAP_SYS_RESOURCE that is refused,
+/// which is worth a warning, not a failure.
+fn protect_from_oom() {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-999") {
+        warn!(error = %e, "cannot set rkubelet's oom_score_adj to -999; continuing");
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    init_tracing(flags.verbosity);
+    let cfg = match effective_config(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            error!("{e:#}");
+            std::process::exit(1);
+        }
+    };
+    protect_from_oom();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async move {
+        info!(node = %cfg.node_name, endpoint = %cfg.container_runtime_endpoint,
+            static_pod_path = ?cfg.static_pod_path, version = env!("CARGO_PKG_VERSION"), "starting rkubelet");
+        let cancel = CancellationToken::new();
+        let signals = cancel.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                error!("cannot install signal handlers");
+                return;
+            };
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            info!("signal received; stopping (pods keep running). Signal again to force.");
+            signals.cancel();
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            error!("second signal; exiting now");
+            std::process::exit(1);
+        });
+        kubelet::kubelet::run(cfg, cancel).await.context("rkubelet failed")
+    })
+}
