@@ -351,3 +351,286 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{labels, SandboxStatus};
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn pod(policy: &str, inits: &[&str], containers: &[&str]) -> Pod {
+        let mk = |n: &&str| Container {
+            name: n.to_string(),
+            image: Some("img:1".into()),
+            ..Default::default()
+        };
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.uid = Some("u".into());
+        p.spec = Some(PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: (!inits.is_empty()).then(|| inits.iter().map(mk).collect()),
+            containers: containers.iter().map(mk).collect(),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn ctr(
+        p: &Pod,
+        name: &str,
+        state: ContainerState,
+        exit: i32,
+        created: i64,
+        restarts: i32,
+    ) -> ContainerStatus {
+        let spec = podutil::containers(p)
+            .iter()
+            .chain(podutil::init_containers(p))
+            .find(|c| c.name == name)
+            .unwrap();
+        ContainerStatus {
+            id: format!("{name}-{created}"),
+            name: name.into(),
+            state,
+            exit_code: exit,
+            created_at: created,
+            started_at: created * 1_000_000_000,
+            finished_at: if state == ContainerState::Exited {
+                (created + 1) * 1_000_000_000
+            } else {
+                0
+            },
+            hash: labels::container_hash(spec),
+            restart_count: restarts,
+            image_ref: "sha256:abc".into(),
+            is_init: podutil::init_containers(p).iter().any(|c| c.name == name),
+            ..Default::default()
+        }
+    }
+
+    fn sandbox() -> SandboxStatus {
+        SandboxStatus {
+            id: "sb".into(),
+            ready: true,
+            ip: "10.0.0.9".into(),
+            ..Default::default()
+        }
+    }
+
+    fn gen(
+        p: &Pod,
+        rt: &PodRuntimeStatus,
+        reasons: &Reasons,
+        old: Option<&PodStatus>,
+    ) -> PodStatus {
+        let t = Timestamp::from_second(1_700_000_000).unwrap();
+        generate(
+            p,
+            rt,
+            &StatusContext {
+                reasons,
+                old,
+                now: t,
+                runtime_name: "containerd",
+                start_time: t,
+            },
+        )
+    }
+
+    fn cond<'a>(s: &'a PodStatus, kind: &str) -> &'a PodCondition {
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == kind)
+            .unwrap()
+    }
+
+    use ContainerState::*;
+
+    #[test]
+    fn running_pod() {
+        let p = pod("Always", &[], &["a", "b"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![
+                ctr(&p, "a", Running, 0, 2, 0),
+                ctr(&p, "b", Running, 0, 1, 0),
+            ],
+        };
+        let s = gen(&p, &rt, &Reasons::new(), None);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.9"));
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+        for c in [
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+        ] {
+            assert_eq!(cond(&s, c).status, "True", "{c}");
+        }
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://a-2"));
+        assert!(cs.ready && cs.started == Some(true));
+        assert_eq!(cs.image_id, "sha256:abc");
+    }
+
+    #[test]
+    fn crash_loop_shows_waiting_with_last_state() {
+        let p = pod("Always", &[], &["a"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&p, "a", Exited, 1, 5, 2), ctr(&p, "a", Exited, 1, 3, 1)],
+        };
+        let mut reasons = Reasons::new();
+        reasons.insert(
+            "a".into(),
+            (
+                "CrashLoopBackOff".into(),
+                "back-off 20s restarting failed container".into(),
+            ),
+        );
+        let s = gen(&p, &rt, &reasons, None);
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+        let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+        assert_eq!(cs.restart_count, 2);
+        assert!(!cs.ready);
+        // Always restarts, so the pod stays Running while it crash-loops (upstream getPhase).
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        let ready = cond(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("ContainersNotReady"))
+        );
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [a]")
+        );
+    }
+
+    #[test]
+    fn pending_pieces() {
+        let p = pod("Always", &["init"], &["a"]);
+        let s = gen(&p, &PodRuntimeStatus::default(), &Reasons::new(), None);
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
+        let init = cond(&s, "Initialized");
+        assert_eq!(init.status, "False");
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [init]")
+        );
+        let w = |cs: &ApiContainerStatus| {
+            cs.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .clone()
+        };
+        assert_eq!(
+            w(&s.init_container_statuses.as_ref().unwrap()[0]).as_deref(),
+            Some("PodInitializing")
+        );
+        assert_eq!(
+            w(&s.container_statuses.as_ref().unwrap()[0]).as_deref(),
+            Some("PodInitializing")
+        );
+        let p = pod("Always", &[], &["a"]);
+        let mut reasons = Reasons::new();
+        reasons.insert(
+            "a".into(),
+            ("ErrImageNeverPull".into(), "not present".into()),
+        );
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![],
+        };
+        let s = gen(&p, &rt, &reasons, None);
+        assert_eq!(
+            w(&s.container_statuses.as_ref().unwrap()[0]).as_deref(),
+            Some("ErrImageNeverPull")
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn terminal_phases() {
+        let never = pod("Never", &[], &["a", "b"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![],
+            containers: vec![
+                ctr(&never, "a", Exited, 0, 2, 0),
+                ctr(&never, "b", Exited, 3, 1, 0),
+            ],
+        };
+        assert_eq!(
+            gen(&never, &rt, &Reasons::new(), None).phase.as_deref(),
+            Some("Failed")
+        );
+        let ok = PodRuntimeStatus {
+            sandboxes: vec![],
+            containers: vec![
+                ctr(&never, "a", Exited, 0, 2, 0),
+                ctr(&never, "b", Exited, 0, 1, 0),
+            ],
+        };
+        let s = gen(&never, &ok, &Reasons::new(), None);
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));
+        let onf = pod("OnFailure", &[], &["a"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&onf, "a", Exited, 1, 1, 0)],
+        };
+        assert_eq!(
+            gen(&onf, &rt, &Reasons::new(), None).phase.as_deref(),
+            Some("Running")
+        );
+        let inits = pod("Never", &["i"], &["a"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&inits, "i", Exited, 1, 1, 0)],
+        };
+        assert_eq!(
+            gen(&inits, &rt, &Reasons::new(), None).phase.as_deref(),
+            Some("Failed")
+        );
+    }
+
+    #[test]
+    fn transition_times_survive_unchanged_conditions_and_ips_survive_sandbox_stop() {
+        let p = pod("Always", &[], &["a"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&p, "a", Running, 0, 1, 0)],
+        };
+        let mut old = gen(&p, &rt, &Reasons::new(), None);
+        let early = Time(Timestamp::from_second(1_600_000_000).unwrap());
+        for c in old.conditions.as_mut().unwrap() {
+            c.last_transition_time = Some(early.clone());
+        }
+        let s = gen(&p, &rt, &Reasons::new(), Some(&old));
+        assert_eq!(
+            cond(&s, "Ready").last_transition_time.as_ref(),
+            Some(&early)
+        );
+        let stopped = PodRuntimeStatus {
+            sandboxes: vec![],
+            containers: vec![ctr(&p, "a", Exited, 0, 1, 0)],
+        };
+        let s = gen(&p, &stopped, &Reasons::new(), Some(&old));
+        assert_ne!(
+            cond(&s, "Ready").last_transition_time.as_ref(),
+            Some(&early)
+        );
+        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.9"));
+    }
+}

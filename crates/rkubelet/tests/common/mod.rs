@@ -1,0 +1,410 @@
+//! Test harness: a private containerd (hack/containerd.sh) and an rkubelet process per test, both
+//! torn down on drop so a failed test leaves nothing behind.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::{api, CriClient};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One private containerd + rkubelet.
+pub struct Env {
+    pub dir: PathBuf,
+    pub index: u32,
+    pub sock: PathBuf,
+    pub manifests: PathBuf,
+    pub logs: PathBuf,
+    pub root: PathBuf,
+    pub ro_port: u16,
+    pub healthz_port: u16,
+    pub node: String,
+    kubelet: Option<Child>,
+    runs: u32,
+    runtime_up: bool,
+}
+
+impl Env {
+    /// Starts a private containerd with bridge index `index` (unique per test).
+    pub fn new(index: u32) -> Env {
+        let mut env = Env::without_runtime(index);
+        env.up_runtime();
+        env
+    }
+
+    /// Directories only; `up_runtime` starts containerd later.
+    pub fn without_runtime(index: u32) -> Env {
+        let dir = PathBuf::from(format!("/tmp/rkt-{index}-{}", std::process::id()));
+        let _ = Command::new(repo_root().join("hack/containerd.sh"))
+            .arg("down")
+            .arg(&dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        let manifests = dir.join("manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        Env {
+            sock: dir.join("ctd/containerd.sock"),
+            logs: dir.join("logs"),
+            root: dir.join("kubelet"),
+            manifests,
+            dir,
+            index,
+            ro_port: free_port(),
+            healthz_port: free_port(),
+            node: format!("node-{index}"),
+            kubelet: None,
+            runs: 0,
+            runtime_up: false,
+        }
+    }
+
+    pub fn up_runtime(&mut self) {
+        let out = Command::new(repo_root().join("hack/containerd.sh"))
+            .arg("up")
+            .arg(self.dir.join("ctd"))
+            .arg(self.index.to_string())
+            .output()
+            .expect("run hack/containerd.sh");
+        assert!(
+            out.status.success(),
+            "containerd did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.runtime_up = true;
+    }
+
+    pub fn cri(&self) -> CriClient {
+        CriClient::new(
+            &format!("unix://{}", self.sock.display()),
+            Duration::from_secs(10),
+        )
+        .unwrap()
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("kubelet-config.yaml")
+    }
+
+    /// Starts rkubelet with a config file (podLogsDir inside the test dir) plus upstream flags.
+    pub fn start_kubelet(&mut self) {
+        self.start_kubelet_with(&[]);
+    }
+
+    pub fn start_kubelet_with(&mut self, extra: &[&str]) {
+        let cfg = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: {}\npodLogsDir: {}\nreadOnlyPort: {}\nhealthzPort: {}\n\
+             fileCheckFrequency: 20s\nsyncFrequency: 1m0s\n",
+            self.manifests.display(),
+            self.logs.display(),
+            self.ro_port,
+            self.healthz_port
+        );
+        std::fs::write(self.config_path(), cfg).unwrap();
+        self.runs += 1;
+        let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg("--config")
+            .arg(self.config_path())
+            .arg(format!(
+                "--container-runtime-endpoint=unix://{}",
+                self.sock.display()
+            ))
+            .arg("--root-dir")
+            .arg(&self.root)
+            .arg("--hostname-override")
+            .arg(&self.node)
+            .arg("--v=4")
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn rkubelet");
+        self.kubelet = Some(child);
+        let port = self.healthz_port;
+        wait_until(Duration::from_secs(10), "rkubelet healthz", || {
+            http_get("127.0.0.1", port, "/healthz")
+                .ok()
+                .filter(|(c, _)| *c == 200)
+        });
+    }
+
+    fn kubelet_log_path(&self, run: u32) -> PathBuf {
+        self.dir.join(format!("rkubelet-{run}.log"))
+    }
+
+    /// Everything every rkubelet run of this test logged.
+    pub fn kubelet_log(&self) -> String {
+        (1..=self.runs)
+            .map(|r| std::fs::read_to_string(self.kubelet_log_path(r)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn kubelet_pid(&self) -> Option<u32> {
+        self.kubelet.as_ref().map(|c| c.id())
+    }
+
+    /// Sends `sig` and waits for the process to exit; returns its exit status.
+    pub fn stop_kubelet(&mut self, sig: nix::sys::signal::Signal) -> std::process::ExitStatus {
+        let mut child = self.kubelet.take().expect("kubelet running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rkubelet did not exit after {sig}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kubelet_alive(&mut self) -> bool {
+        self.kubelet
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    pub fn write_manifest(&self, file: &str, text: &str) {
+        // Write then rename, as a careful operator (or kubeadm) does.
+        let tmp = self.dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.manifests.join(file)).unwrap();
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file)).unwrap();
+    }
+
+    /// The read-only server's `/pods`.
+    pub fn pods(&self) -> Vec<Pod> {
+        let (code, body) = http_get("127.0.0.1", self.ro_port, "/pods").expect("GET /pods");
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["kind"], "PodList");
+        serde_json::from_value(v["items"].clone()).unwrap()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Pod> {
+        let full = format!("{name}-{}", self.node);
+        self.pods()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+    }
+
+    /// Waits until `f` returns Some for the named pod, with the kubelet log in the failure message.
+    pub fn wait_pod<T>(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        f: impl Fn(&Pod) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        loop {
+            if let Some(p) = self.pod(name) {
+                if let Some(t) = f(&p) {
+                    return t;
+                }
+                last = Some(p);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {timeout:?} waiting for pod {name}: {what}\nlast seen: {}\nkubelet log tail:\n{}",
+                    serde_json::to_string_pretty(&last.map(|p| p.status)).unwrap(),
+                    tail(&self.kubelet_log(), 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn wait_running(&self, name: &str) -> Pod {
+        self.wait_pod(
+            name,
+            Duration::from_secs(30),
+            "phase Running with all containers ready",
+            |p| {
+                let st = p.status.as_ref()?;
+                let all_ready = st.container_statuses.as_ref()?.iter().all(|c| c.ready);
+                (st.phase.as_deref() == Some("Running") && all_ready).then(|| p.clone())
+            },
+        )
+    }
+
+    /// CRI containers carrying the pod UID label (all states).
+    pub async fn containers_of(&self, uid: &str) -> Vec<api::Container> {
+        self.cri()
+            .list_containers(api::ListContainersRequest {
+                filter: Some(api::ContainerFilter {
+                    label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .containers
+    }
+
+    pub async fn sandboxes_of(&self, uid: &str) -> Vec<api::PodSandbox> {
+        self.cri()
+            .list_pod_sandbox(api::ListPodSandboxRequest {
+                filter: Some(api::PodSandboxFilter {
+                    label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .items
+    }
+
+    pub async fn all_containers(&self) -> Vec<api::Container> {
+        self.cri()
+            .list_containers(api::ListContainersRequest { filter: None })
+            .await
+            .unwrap()
+            .containers
+    }
+
+    pub async fn all_sandboxes(&self) -> Vec<api::PodSandbox> {
+        self.cri()
+            .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+            .await
+            .unwrap()
+            .items
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.kubelet.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- rkubelet log ({}) ---\n{}",
+                self.dir.display(),
+                tail(&self.kubelet_log(), 80)
+            );
+        }
+        if self.runtime_up {
+            let out = Command::new(repo_root().join("hack/containerd.sh"))
+                .arg("down")
+                .arg(self.dir.join("ctd"))
+                .output();
+            if let Ok(o) = out {
+                if !o.status.success() {
+                    eprintln!(
+                        "containerd down failed: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<_> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Minimal HTTP/1.0 GET: the tests need status and body, nothing more.
+pub fn http_get(host: &str, port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(
+        &format!("{host}:{port}").parse().unwrap(),
+        Duration::from_secs(3),
+    )?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn container_status<'a>(
+    pod: &'a Pod,
+    name: &str,
+) -> &'a k8s_openapi::api::core::v1::ContainerStatus {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .unwrap_or_else(|| panic!("no status for container {name}"))
+}
+
+pub fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap()
+}
+
+pub const IMAGE: &str = "rkubelet.local/busybox:1.35";
+
+/// A one-container pod manifest running `script` under sh.
+pub fn simple_pod(name: &str, restart_policy: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  labels: {{app: {name}}}
+spec:
+  restartPolicy: {restart_policy}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+/// Runs forever and exits promptly on SIGTERM.
+pub const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs every test: formatting and lint gates, unit tests, and the
+# integration tests against real private containerd instances. .ci/run calls exactly this.
+# Fails if the suite leaves containers, mounts, bridges or processes behind.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+need_root
+"$HACK_DIR/install-deps.sh"
+"$HACK_DIR/images.sh" build >&2
+cd "$REPO_ROOT"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "cargo test (unit + integration)"
+cargo test --workspace --locked
+
+# Integration tests use /tmp/rkt-* and bridges rkbr101..; nothing of theirs may survive.
+leftovers=""
+if compgen -G "/tmp/rkt-*" >/dev/null; then leftovers+=" dirs:$(echo /tmp/rkt-*)"; fi
+if mount | grep -q '/tmp/rkt-'; then leftovers+=" mounts"; fi
+if ip -o link show | grep -Eq 'rkbr1[0-9][0-9]:'; then leftovers+=" bridges"; fi
+if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
+if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
+if [[ -n "$leftovers" ]]; then
+    die "the test suite left things behind:$leftovers"
+fi
+log "all tests passed; nothing left behind"
