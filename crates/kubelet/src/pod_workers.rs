@@ -68,11 +68,13 @@ impl PodWorkers {
         }
     }
 
-    /// True while another UID with this full name still has a worker (being torn down).
+    /// True while the full name is held by another UID's worker, or by this UID's own worker that is
+    /// terminating (a manifest removed and re-added before the old pod was gone): the pod must wait
+    /// for `Finished`, because a terminating worker never syncs again.
     pub fn name_busy(&self, full_name: &str, uid: &str) -> bool {
         self.workers
             .iter()
-            .any(|(u, w)| u != uid && w.full_name == full_name)
+            .any(|(u, w)| w.full_name == full_name && (u != uid || w.terminating))
     }
 
     pub fn has(&self, uid: &str) -> bool {

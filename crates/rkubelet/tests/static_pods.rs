@@ -515,3 +515,32 @@ fn invalid_config_lists_every_error_and_exits() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn manifest_readded_while_terminating_comes_back() {
+    let mut env = Env::new(109);
+    env.start_kubelet();
+    // `sleep` as PID 1 ignores SIGTERM, so termination takes the whole 2 s grace period.
+    let manifest = simple_pod("back", "Always", "sleep 3600");
+    env.write_manifest("back.yaml", &manifest);
+    let first = env.wait_running("back");
+    env.remove_manifest("back.yaml");
+    wait_until(Duration::from_secs(10), "removal noticed", || {
+        env.kubelet_log().contains("pod removed").then_some(())
+    });
+    env.write_manifest("back.yaml", &manifest);
+    // Same content, same UID: the pod must run again once the old instance is gone.
+    let again = env.wait_pod(
+        "back",
+        Duration::from_secs(30),
+        "running again with a new container",
+        |p| {
+            let cs = container_status(p, "main");
+            let running = cs.state.as_ref()?.running.is_some();
+            (running && cs.container_id != container_status(&first, "main").container_id)
+                .then(|| p.clone())
+        },
+    );
+    assert_eq!(uid(&again), uid(&first));
+    assert_eq!(env.containers_of(&uid(&again)).await.len(), 1);
+}
