@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use crate::admission;
 use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
 use crate::health::Health;
@@ -28,7 +29,7 @@ use crate::runtime::manager::RuntimePodRef;
 use crate::runtime::RuntimeManager;
 use crate::server;
 use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
-use crate::status::{StatusHandle, StatusManager};
+use crate::status::{compute, StatusHandle, StatusManager};
 use crate::sync::SyncContext;
 
 /// Errors that stop the kubelet from starting at all.
@@ -182,6 +183,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     let sync_loop = SyncLoop {
         cfg,
         pods: HashMap::new(),
+        rejected: HashSet::new(),
         waiting_for_name: HashMap::new(),
         queue: HashMap::new(),
         seen_sources: HashSet::new(),
@@ -209,6 +211,8 @@ struct SyncLoop {
     cfg: KubeletConfig,
     /// Upstream's pod manager: what the sources want, by UID.
     pods: HashMap<String, Arc<Pod>>,
+    /// Pods admission turned down; they keep their Failed status until their source drops them.
+    rejected: HashSet<String>,
     /// New pods whose full name is still held by a terminating predecessor.
     waiting_for_name: HashMap<String, Arc<Pod>>,
     /// Upstream's work queue: when each pod is due for its next sync.
@@ -245,13 +249,7 @@ impl SyncLoop {
                         self.seen_sources.insert(s);
                     }
                 },
-                Some(ev) = pleg.recv() => {
-                    if let Some(pod) = self.pods.get(&ev.uid) {
-                        if !self.waiting_for_name.contains_key(&podutil::full_name(pod)) {
-                            self.workers.sync(pod.clone());
-                        }
-                    }
-                }
+                Some(ev) = pleg.recv() => self.wake(&ev.uid),
                 Some(ev) = worker_events.recv() => self.handle_worker_event(ev).await,
                 _ = sync_tick.tick() => self.dispatch_due(),
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -266,10 +264,25 @@ impl SyncLoop {
             let uid = podutil::uid(&pod).to_string();
             match u.op {
                 PodOp::Add | PodOp::Update => {
+                    let known = self.pods.contains_key(&uid);
                     if u.op == PodOp::Add {
                         info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
                     }
+                    if !known {
+                        let active = self.pods.len() - self.rejected.len();
+                        if let Err(r) = admission::admit_pod_count(active, self.cfg.max_pods) {
+                            warn!(pod = %podutil::describe(&pod), reason = r.reason, message = %r.message, "pod rejected");
+                            self.pods.insert(uid.clone(), pod.clone());
+                            self.rejected.insert(uid);
+                            self.status.set(pod, r.status(compute::now())).await;
+                            continue;
+                        }
+                    }
                     self.pods.insert(uid.clone(), pod.clone());
+                    if self.rejected.contains(&uid) {
+                        // Rejection is final for this UID (upstream: rejected pods are terminal).
+                        continue;
+                    }
                     self.status.add(pod.clone()).await;
                     self.start_or_wait(pod);
                 }
@@ -277,6 +290,10 @@ impl SyncLoop {
                     info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
+                    if self.rejected.remove(&uid) {
+                        self.status.remove(&uid).await;
+                        continue;
+                    }
                     let full = podutil::full_name(&pod);
                     if self
                         .waiting_for_name
@@ -333,9 +350,21 @@ impl SyncLoop {
             .collect();
         for uid in due {
             self.queue.remove(&uid);
-            if let Some(pod) = self.pods.get(&uid) {
-                self.workers.sync(pod.clone());
-            }
+            self.wake(&uid);
+        }
+    }
+
+    /// Hands a known, admitted pod that is not waiting for its name to its worker.
+    fn wake(&mut self, uid: &str) {
+        let Some(pod) = self.pods.get(uid) else {
+            return;
+        };
+        let waiting = self
+            .waiting_for_name
+            .get(&podutil::full_name(pod))
+            .is_some_and(|p| podutil::uid(p) == uid);
+        if !waiting && !self.rejected.contains(uid) {
+            self.workers.sync(pod.clone());
         }
     }
 

@@ -1,6 +1,7 @@
 //! rkubelet's managers: pod sources, SyncLoop, pod workers, runtime manager, PLEG, status and the
 //! HTTP endpoints. See `shared/DESIGN.md` for the map to upstream `pkg/kubelet`.
 
+pub mod admission;
 pub mod backoff;
 pub mod config;
 pub mod dns;

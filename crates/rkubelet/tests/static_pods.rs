@@ -544,3 +544,29 @@ async fn manifest_readded_while_terminating_comes_back() {
     assert_eq!(uid(&again), uid(&first));
     assert_eq!(env.containers_of(&uid(&again)).await.len(), 1);
 }
+
+#[tokio::test]
+async fn pods_beyond_max_pods_are_rejected_as_out_of_pods() {
+    let mut env = Env::new(110);
+    env.start_kubelet_with(&["--max-pods=1"]);
+    env.write_manifest("a.yaml", &simple_pod("a", "Always", SLEEPER));
+    env.wait_running("a");
+    env.write_manifest("b.yaml", &simple_pod("b", "Always", SLEEPER));
+    let b = env.wait_pod("b", Duration::from_secs(10), "rejected", |p| {
+        (p.status.as_ref()?.reason.as_deref() == Some("OutOfpods")).then(|| p.clone())
+    });
+    let st = b.status.clone().unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert!(st.message.unwrap().contains("capacity: 1"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        env.containers_of(&uid(&b)).await.is_empty(),
+        "a rejected pod must not run"
+    );
+    env.remove_manifest("b.yaml");
+    wait_until(
+        Duration::from_secs(10),
+        "rejected pod gone from /pods",
+        || (env.pods().len() == 1).then_some(()),
+    );
+}

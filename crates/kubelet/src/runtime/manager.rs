@@ -10,9 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::{api, CriClient, CriError};
 use tracing::{debug, warn};
 
-use super::{
-    container, labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus,
-};
+use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
 
 /// Runtime operation errors; they carry the CRI error and what we were doing.
@@ -414,20 +412,6 @@ impl RuntimeManager {
             e.containers.sort_by(|a, b| a.0.cmp(&b.0));
         }
         Ok(map.into_values().collect())
-    }
-
-    /// Builds the container config; separate so the caller can map errors to
-    /// `CreateContainerConfigError`.
-    pub fn container_config(
-        &self,
-        pod: &Pod,
-        c: &Container,
-        image_ref: &str,
-        restart_count: i32,
-        is_init: bool,
-        pod_ip: &str,
-    ) -> Result<api::ContainerConfig, container::ConfigError> {
-        container::container_config(pod, c, image_ref, restart_count, is_init, pod_ip)
     }
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+pub use k8s_openapi::jiff::Timestamp;
 
 use crate::podutil;
 use crate::resources;

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::images::ImageManager;
 use crate::podutil;
+use crate::runtime::container;
 use crate::runtime::manager::StartFailure;
 use crate::runtime::{
     compute_pod_actions, labels, ContainerState, PodRuntimeStatus, RuntimeError, RuntimeManager,
@@ -356,9 +357,7 @@ async fn start_container(
         state.crash_backoff.next(&key, finished, now);
     }
     let image_ref = ctx.images.ensure(pod, c, &mut state.image_backoff).await?;
-    let config = ctx
-        .runtime
-        .container_config(pod, c, &image_ref, restart_count, is_init, ip)
+    let config = container::container_config(pod, c, &image_ref, restart_count, is_init, ip)
         .map_err(|e| StartError::new(Reason::CreateContainerConfigError, e.0))?;
     ctx.runtime
         .create_and_start(pod, c, config, sandbox_id, sandbox_attempt)
