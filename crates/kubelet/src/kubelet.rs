@@ -22,10 +22,9 @@ use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
 use crate::health::Health;
 use crate::images::ImageManager;
-use crate::pleg::{Pleg, PodLifecycleEvent};
+use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::{PodWorkers, WorkerEvent};
 use crate::podutil;
-use crate::runtime::manager::RuntimePodRef;
 use crate::runtime::RuntimeManager;
 use crate::server;
 use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
@@ -192,6 +191,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         status,
         health,
         runtime_pods,
+        finished: HashMap::new(),
     };
     sync_loop
         .run(cfg_rx, pleg_rx, worker_rx, cancel.clone())
@@ -222,7 +222,10 @@ struct SyncLoop {
     workers: PodWorkers,
     status: StatusHandle,
     health: Arc<Health>,
-    runtime_pods: watch::Receiver<Arc<Vec<RuntimePodRef>>>,
+    runtime_pods: watch::Receiver<Arc<RuntimePods>>,
+    /// When workers finished cleaning pods up: a runtime listing older than that still shows
+    /// them, and housekeeping must not tear them down a second time.
+    finished: HashMap<String, Instant>,
 }
 
 impl SyncLoop {
@@ -333,6 +336,7 @@ impl SyncLoop {
                 self.workers.forget(&uid);
                 self.workers.reap();
                 self.queue.remove(&uid);
+                self.finished.insert(uid, Instant::now());
                 if let Some(pod) = self.waiting_for_name.remove(&full_name) {
                     self.start_or_wait(pod);
                 }
@@ -375,9 +379,14 @@ impl SyncLoop {
         if !self.expected_sources.is_subset(&self.seen_sources) {
             return;
         }
-        let runtime_pods = self.runtime_pods.borrow().clone();
-        for r in runtime_pods.iter() {
-            if self.pods.contains_key(&r.uid) || self.workers.has(&r.uid) {
+        let listing = self.runtime_pods.borrow().clone();
+        // Cleanups the listing already reflects need no memory any more.
+        self.finished.retain(|_, at| *at >= listing.at);
+        for r in &listing.pods {
+            if self.pods.contains_key(&r.uid)
+                || self.workers.has(&r.uid)
+                || self.finished.contains_key(&r.uid)
+            {
                 continue;
             }
             info!(pod = %format!("{}/{}", r.namespace, r.name), uid = %r.uid, "cleaning up runtime pod no source wants");

@@ -14,6 +14,14 @@ use crate::health::Health;
 use crate::runtime::manager::{RuntimePodRef, RuntimeSnapshotEntry};
 use crate::runtime::{ContainerState, RuntimeManager};
 
+/// What the runtime had at one relist; `at` is when the relist started, so a consumer can tell
+/// whether something it did afterwards is already reflected.
+#[derive(Debug, Clone)]
+pub struct RuntimePods {
+    pub at: tokio::time::Instant,
+    pub pods: Vec<RuntimePodRef>,
+}
+
 /// Upstream's relist period.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 
@@ -88,7 +96,7 @@ pub fn diff(
 pub struct Pleg {
     runtime: RuntimeManager,
     events: mpsc::Sender<PodLifecycleEvent>,
-    pods: watch::Sender<Arc<Vec<RuntimePodRef>>>,
+    pods: watch::Sender<Arc<RuntimePods>>,
     health: Arc<Health>,
     last: HashMap<String, RuntimeSnapshotEntry>,
 }
@@ -98,8 +106,11 @@ impl Pleg {
         runtime: RuntimeManager,
         events: mpsc::Sender<PodLifecycleEvent>,
         health: Arc<Health>,
-    ) -> (Self, watch::Receiver<Arc<Vec<RuntimePodRef>>>) {
-        let (tx, rx) = watch::channel(Arc::new(Vec::new()));
+    ) -> (Self, watch::Receiver<Arc<RuntimePods>>) {
+        let (tx, rx) = watch::channel(Arc::new(RuntimePods {
+            at: tokio::time::Instant::now(),
+            pods: Vec::new(),
+        }));
         (
             Pleg {
                 runtime,
@@ -128,7 +139,7 @@ impl Pleg {
 
     /// One relist; false when the SyncLoop is gone.
     async fn relist(&mut self) -> bool {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let pods = match self.runtime.list_pods().await {
             Ok(p) => p,
             Err(e) => {
@@ -152,7 +163,10 @@ impl Pleg {
         let mut seen = std::collections::HashSet::new();
         events.retain(|e| seen.insert((e.uid.clone(), e.id.clone(), e.kind)));
         self.last = current;
-        self.pods.send_replace(Arc::new(refs));
+        self.pods.send_replace(Arc::new(RuntimePods {
+            at: started,
+            pods: refs,
+        }));
         for e in events {
             debug!(uid = %e.uid, kind = ?e.kind, id = %e.id, "pod lifecycle event");
             if self.events.send(e).await.is_err() {

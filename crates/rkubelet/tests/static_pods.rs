@@ -320,6 +320,16 @@ async fn edit_replaces_and_removal_cleans_up() {
         .logs
         .join(format!("default_app-{}_{}", env.node, uid(&second)));
     assert!(!log_dir.exists(), "{} left behind", log_dir.display());
+    // Each pod was torn down once, by its own worker; housekeeping never saw an orphan.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = env.kubelet_log();
+    assert!(!log.contains("no source wants"), "{}", tail(&log, 20));
+    assert_eq!(
+        log.matches("pod terminated and cleaned up").count(),
+        2,
+        "{}",
+        tail(&log, 20)
+    );
 }
 
 #[tokio::test]
