@@ -9,6 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root
 "$HACK_DIR/install-deps.sh"
 "$HACK_DIR/images.sh" build >&2
+# etcd + kube-apiserver for the cluster tests; the apiserver is built once and cached.
+"$HACK_DIR/control-plane.sh" build >&2
 cd "$REPO_ROOT"
 
 log "cargo fmt --check"
@@ -26,6 +28,7 @@ if mount | grep -q '/tmp/rkt-'; then leftovers+=" mounts"; fi
 if ip -o link show | grep -Eq 'rkbr1[0-9][0-9]:'; then leftovers+=" bridges"; fi
 if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
 if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
+if pgrep -f -- '/tmp/rkt-cp-' >/dev/null; then leftovers+=" control-plane"; fi
 if [[ -n "$leftovers" ]]; then
     die "the test suite left things behind:$leftovers"
 fi

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# A real control plane on loopback for integration tests: etcd (Debian etcd-server) and
+# kube-apiserver 1.20.2 built from Debian's kubernetes source package, with TLS, client certs,
+# Node,RBAC authorization and NodeRestriction, as production runs it.
+#
+#   hack/control-plane.sh build            build kube-apiserver once, cached under $RK_CACHE
+#   hack/control-plane.sh up DIR           start etcd + apiserver under DIR; prints KEY=VALUE lines
+#   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
+#   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
+#   hack/control-plane.sh down DIR         stop both and remove DIR
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SRC_LIST=/etc/apt/sources.list.d/rkubelet-src.list
+PACKAGES=(golang-go rsync etcd-server golang-github-modern-go-reflect2-dev openssl dpkg-dev)
+
+# The Debian source version keys the cached binary, so a new upload rebuilds.
+source_version() {
+    apt-cache showsrc kubernetes 2>/dev/null | sed -n 's/^Version: //p' | head -n 1
+}
+
+ensure_packages() {
+    local missing=() p
+    [[ -f "$SRC_LIST" ]] || {
+        echo 'deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main' >"$SRC_LIST"
+        apt-get update -qq
+    }
+    for p in "${PACKAGES[@]}"; do
+        [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" == installed ]] || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        log "installing ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+    fi
+    [[ -n "$(source_version)" ]] || apt-get update -qq
+}
+
+apiserver_bin() {
+    echo "$RK_CACHE/kubernetes-$(source_version)/kube-apiserver"
+}
+
+cmd_build() {
+    need_root
+    ensure_packages
+    local bin work version
+    bin="$(apiserver_bin)"
+    version="$(source_version)"
+    [[ -n "$version" ]] || die "no kubernetes source package found (deb-src line in $SRC_LIST?)"
+    mkdir -p "$RK_CACHE"
+    exec 9>"$RK_CACHE/kube-apiserver.lock"
+    flock 9 # one build at a time; the second caller then finds the binary
+    if [[ -x "$bin" ]]; then
+        echo "$bin"
+        return
+    fi
+    work="$RK_CACHE/kubernetes-src-$version"
+    rm -rf "$work" && mkdir -p "$work"
+    log "building kube-apiserver $version (about 7 minutes on 2 cores)"
+    (cd "$work" && apt-get source --download-only kubernetes >&2 2>/dev/null && dpkg-source -x --skip-patches ./*.dsc src >&2)
+    # Go 1.19 crashes at run time with the vendored reflect2 1.0.1; Debian's 1.0.2 works. Replace the
+    # directory's Go files (1.0.1 has files 1.0.2 dropped, which would clash).
+    rm -f "$work/src/vendor/github.com/modern-go/reflect2/"*.go
+    cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$work/src/vendor/github.com/modern-go/reflect2/"
+    # No git checkout and no network: version from the package, modules from vendor/.
+    (cd "$work/src" && GOPROXY=off GOFLAGS=-mod=vendor CGO_ENABLED=0 KUBE_GIT_VERSION=v1.20.2 \
+        KUBE_GIT_TREE_STATE=clean make WHAT=cmd/kube-apiserver >&2)
+    mkdir -p "$(dirname "$bin")"
+    cp "$work/src/_output/local/go/bin/kube-apiserver" "$bin.tmp" && mv "$bin.tmp" "$bin"
+    rm -rf "$work"
+    echo "$bin"
+}
+
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 20000))
+        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+}
+
+# sign NAME SUBJECT [EXT]: a key and a cert signed by the CA in $PKI.
+sign() {
+    local name="$1" subj="$2" ext="${3:-}"
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+    if [[ -n "$ext" ]]; then
+        openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+            -days 30 -extfile <(printf '%s\n' "$ext") -out "$PKI/$name.crt" 2>/dev/null
+    else
+        openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+            -days 30 -extfile <(printf 'extendedKeyUsage=clientAuth\n') -out "$PKI/$name.crt" 2>/dev/null
+    fi
+}
+
+# kubeconfig FILE NAME: embedded CA, client cert and key for $PKI/NAME.
+kubeconfig() {
+    local file="$1" name="$2" url
+    url="$(sed -n 's/^APISERVER_URL=//p' "$DIR/env")"
+    cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rkubelet-test
+  cluster:
+    server: $url
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: $name
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/$name.crt")
+    client-key-data: $(base64 -w0 "$PKI/$name.key")
+contexts:
+- name: default
+  context: {cluster: rkubelet-test, user: $name}
+current-context: default
+EOF
+}
+
+cmd_up() {
+    DIR="$(realpath -m "${1:?usage: control-plane.sh up DIR}")"
+    need_root
+    need_cmd openssl etcd kubectl ss
+    local bin
+    bin="$(cmd_build)"
+    mkdir -p "$DIR"/{pki,etcd,log,nodes}
+    PKI="$DIR/pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -days 30 \
+        -subj "/CN=rkubelet-test-ca" 2>/dev/null
+    sign apiserver "/CN=kube-apiserver" "$(printf '%s\n' \
+        'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local' \
+        'extendedKeyUsage=serverAuth')"
+    sign admin "/O=system:masters/CN=kubernetes-admin"
+    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+
+    local etcd_port peer_port api_port
+    etcd_port="$(free_port)" peer_port="$(free_port)" api_port="$(free_port)"
+    setsid etcd --name default --data-dir "$DIR/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+        --initial-cluster "default=http://127.0.0.1:$peer_port" >"$DIR/log/etcd.log" 2>&1 </dev/null &
+    echo $! >"$DIR/etcd.pid"
+    # The controller-manager is not run, so no token controller: ServiceAccount admission would
+    # reject every pod without a token; tests' pods set automountServiceAccountToken: false.
+    local args=(--etcd-servers "http://127.0.0.1:$etcd_port"
+        --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0
+        --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
+        --disable-admission-plugins ServiceAccount
+        --service-account-issuer https://kubernetes.default.svc.cluster.local
+        --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key"
+        --service-cluster-ip-range 10.96.0.0/12 --allow-privileged=true
+        --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
+        --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
+        --kubelet-preferred-address-types InternalIP,Hostname)
+    # Kept so that start-apiserver can bring the same apiserver back (outage tests).
+    printf '%q ' "$bin" "${args[@]}" >"$DIR/apiserver.cmd"
+    start_apiserver
+    cat >"$DIR/env" <<EOF
+APISERVER_URL=https://127.0.0.1:$api_port
+ADMIN_KUBECONFIG=$DIR/admin.kubeconfig
+CA_CERT=$PKI/ca.crt
+CA_KEY=$PKI/ca.key
+ETCD_PID=$(cat "$DIR/etcd.pid")
+APISERVER_LOG=$DIR/log/kube-apiserver.log
+EOF
+    kubeconfig "$DIR/admin.kubeconfig" admin
+    wait_ready
+    cat "$DIR/env"
+}
+
+start_apiserver() {
+    setsid bash -c "exec $(cat "$DIR/apiserver.cmd")" >>"$DIR/log/kube-apiserver.log" 2>&1 </dev/null &
+    echo $! >"$DIR/apiserver.pid"
+}
+
+wait_ready() {
+    local i
+    for ((i = 0; i < 120; i++)); do
+        if [[ "$(kubectl --kubeconfig "$DIR/admin.kubeconfig" get --raw /readyz 2>/dev/null)" == ok ]]; then
+            return
+        fi
+        sleep 0.5
+    done
+    tail -n 30 "$DIR/log/etcd.log" "$DIR/log/kube-apiserver.log" >&2
+    die "kube-apiserver did not become ready in 60 s"
+}
+
+# An API server outage, for tests: stop-apiserver, later start-apiserver (same flags and port).
+cmd_stop_apiserver() {
+    DIR="$(realpath -m "${1:?usage: control-plane.sh stop-apiserver DIR}")"
+    local pid i
+    pid="$(cat "$DIR/apiserver.pid")"
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+}
+
+cmd_start_apiserver() {
+    DIR="$(realpath -m "${1:?usage: control-plane.sh start-apiserver DIR}")"
+    start_apiserver
+    wait_ready
+}
+
+cmd_node_cert() {
+    DIR="$(realpath -m "${1:?usage: control-plane.sh node-cert DIR NODE}")"
+    local node="${2:?usage: control-plane.sh node-cert DIR NODE}"
+    PKI="$DIR/pki"
+    sign "node-$node" "/O=system:nodes/CN=system:node:$node"
+    kubeconfig "$DIR/nodes/$node.kubeconfig" "node-$node"
+    echo "$DIR/nodes/$node.kubeconfig"
+}
+
+cmd_down() {
+    local dir
+    dir="$(realpath -m "${1:?usage: control-plane.sh down DIR}")"
+    [[ -d "$dir" ]] || return 0
+    local f pid
+    for f in apiserver etcd; do
+        pid="$(cat "$dir/$f.pid" 2>/dev/null || true)"
+        if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; fi
+    done
+    # Also anything still holding DIR in its command line (pid files can be lost).
+    pkill -f -- "$dir/pki/ca.crt" 2>/dev/null || true
+    pkill -f -- "--data-dir $dir/etcd" 2>/dev/null || true
+    for _ in $(seq 50); do
+        pgrep -f -- "$dir/" >/dev/null || break
+        sleep 0.1
+    done
+    pkill -9 -f -- "$dir/" 2>/dev/null || true
+    rm -rf "$dir"
+}
+
+case "${1:-}" in
+build) cmd_build ;;
+up) cmd_up "${2:-}" ;;
+node-cert) cmd_node_cert "${2:-}" "${3:-}" ;;
+down) cmd_down "${2:-}" ;;
+stop-apiserver) cmd_stop_apiserver "${2:-}" ;;
+start-apiserver) cmd_start_apiserver "${2:-}" ;;
+*) die "usage: $0 build | up DIR | node-cert DIR NODE | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
+esac
