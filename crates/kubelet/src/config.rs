@@ -69,6 +69,20 @@ pub struct KubeletConfig {
     pub cluster_domain: String,
     /// `clusterDNS`.
     pub cluster_dns: Vec<IpAddr>,
+    /// `--kubeconfig`: without it the kubelet runs standalone (static pods only).
+    pub kubeconfig: Option<PathBuf>,
+    /// `registerNode`.
+    pub register_node: bool,
+    /// `--node-ip`; detected from the default route when unset.
+    pub node_ip: Option<IpAddr>,
+    /// `--node-labels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// `registerWithTaints` / `--register-with-taints`.
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `eventRecordQPS` / `--event-qps` (0: unlimited).
+    pub event_record_qps: u32,
+    /// `eventBurst` / `--event-burst`.
+    pub event_burst: u32,
 }
 
 impl Default for KubeletConfig {
@@ -92,6 +106,13 @@ impl Default for KubeletConfig {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             cluster_domain: String::new(),
             cluster_dns: Vec::new(),
+            kubeconfig: None,
+            register_node: true,
+            node_ip: None,
+            node_labels: BTreeMap::new(),
+            register_with_taints: Vec::new(),
+            event_record_qps: 50,
+            event_burst: 100,
         }
     }
 }
@@ -305,6 +326,17 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
             Err(_) => r.errors.push(format!("maxPods: must be >= 0, got {n}")),
         }
     }
+    for (key, out) in [
+        ("eventRecordQPS", &mut cfg.event_record_qps),
+        ("eventBurst", &mut cfg.event_burst),
+    ] {
+        if let Some(n) = r.int(key) {
+            match u32::try_from(n) {
+                Ok(v) => *out = v,
+                Err(_) => r.errors.push(format!("{key}: must be >= 0, got {n}")),
+            }
+        }
+    }
     if let Some(b) = r.bool("serializeImagePulls") {
         cfg.serialize_image_pulls = b;
     }
@@ -312,6 +344,9 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
         cfg.resolv_conf = PathBuf::from(p);
     }
     r.string_into("clusterDomain", &mut cfg.cluster_domain);
+    if let Some(b) = r.bool("registerNode") {
+        cfg.register_node = b;
+    }
     if let Some(list) = r.string_list("clusterDNS") {
         for s in list {
             match s.parse() {

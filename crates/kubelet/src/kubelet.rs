@@ -22,13 +22,17 @@ use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
 use crate::health::Health;
 use crate::images::ImageManager;
+use crate::mirror::{MirrorHandle, MirrorManager};
+use crate::node::machine::{self, MachineInfo};
+use crate::node::status::NodeSettings;
+use crate::node::NodeAgent;
 use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::{PodWorkers, WorkerEvent};
 use crate::podutil;
 use crate::runtime::RuntimeManager;
 use crate::server;
 use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
-use crate::status::{compute, StatusHandle, StatusManager};
+use crate::status::{compute, syncer, StatusHandle, StatusManager};
 use crate::sync::SyncContext;
 
 /// Errors that stop the kubelet from starting at all.
@@ -38,6 +42,11 @@ pub enum KubeletError {
     Cri(#[from] rkubelet_cri::CriError),
     #[error(transparent)]
     Serve(#[from] server::ServeError),
+    #[error("loading kubeconfig {path}: {message}")]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        message: String,
+    },
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -51,7 +60,10 @@ const HOUSEKEEPING_TICK: Duration = Duration::from_secs(2);
 
 /// Waits until the runtime answers Version and reports RuntimeReady, retrying with backoff and
 /// saying clearly what is missing (upstream retries too instead of exiting).
-async fn wait_for_runtime(cri: &CriClient, cancel: &CancellationToken) -> Option<String> {
+async fn wait_for_runtime(
+    cri: &CriClient,
+    cancel: &CancellationToken,
+) -> Option<api::VersionResponse> {
     let mut delay = Duration::from_millis(200);
     loop {
         let err = match cri.version(api::VersionRequest::default()).await {
@@ -68,7 +80,7 @@ async fn wait_for_runtime(cri: &CriClient, cancel: &CancellationToken) -> Option
                         for c in conds.iter().filter(|c| !c.status) {
                             warn!(condition = %c.r#type, reason = %c.reason, message = %c.message, "runtime condition not met");
                         }
-                        return Some(v.runtime_name);
+                        return Some(v);
                     }
                     format!("runtime not ready: {}", not_ready.join(", "))
                 }
@@ -86,6 +98,20 @@ async fn wait_for_runtime(cri: &CriClient, cancel: &CancellationToken) -> Option
     }
 }
 
+/// A client from the kubeconfig file (client cert/key, CA, bearer token), as `--kubeconfig`.
+async fn kube_client(path: &std::path::Path) -> Result<kube::Client, KubeletError> {
+    let err = |message: String| KubeletError::Kubeconfig {
+        path: path.to_path_buf(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
 /// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
 pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), KubeletError> {
     for dir in [cfg.root_dir.join("pods"), cfg.pod_logs_dir.clone()] {
@@ -96,8 +122,24 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     }
     let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?;
     let health = Arc::new(Health::default());
-    let (status_mgr, status) = StatusManager::new();
     let mut tasks = JoinSet::new();
+    let client = match &cfg.kubeconfig {
+        Some(path) => Some(kube_client(path).await?),
+        None => {
+            info!("no --kubeconfig: running standalone with static pods only");
+            None
+        }
+    };
+    let api_queue = client.clone().map(|c| {
+        let (syncer, tx) = syncer::Syncer::new(c);
+        tasks.spawn(
+            syncer
+                .run(cancel.child_token())
+                .instrument(tracing::info_span!("status_syncer")),
+        );
+        tx
+    });
+    let (status_mgr, status) = StatusManager::new(api_queue);
     tasks.spawn(status_mgr.run(cancel.child_token()));
 
     if cfg.healthz_port != 0 {
@@ -127,9 +169,14 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         tasks.spawn(srv);
     }
 
-    let Some(runtime_name) = wait_for_runtime(&cri, &cancel).await else {
+    let Some(version) = wait_for_runtime(&cri, &cancel).await else {
         return shutdown(tasks, cancel).await;
     };
+    let runtime_name = version.runtime_name.clone();
+    let node_ip = cfg.node_ip.or_else(machine::detect_node_ip);
+    if node_ip.is_none() {
+        warn!("cannot detect the node IP; pass --node-ip");
+    }
     let host_dns = dns::load_host(&cfg.resolv_conf).unwrap_or_else(|e| {
         warn!(file = %cfg.resolv_conf.display(), error = %e, "cannot read resolvConf; pods get no host DNS");
         Default::default()
@@ -149,6 +196,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         status: status.clone(),
         root_dir: cfg.root_dir.clone(),
         runtime_name,
+        node_ip: node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
     });
 
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);
@@ -175,6 +223,49 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
                 .instrument(tracing::info_span!("file_source")),
         );
     }
+    let mut mirrors = None;
+    if let Some(client) = client.clone() {
+        expected_sources.insert(source::api::API_SOURCE);
+        let (mirror_mgr, mirror) =
+            MirrorManager::new(client.clone(), cfg.node_name.clone(), status.clone());
+        tasks.spawn(
+            mirror_mgr
+                .run(cancel.child_token())
+                .instrument(tracing::info_span!("mirror_pods")),
+        );
+        let src = source::api::run(
+            client.clone(),
+            cfg.node_name.clone(),
+            snap_tx.clone(),
+            mirror.clone(),
+            cancel.child_token(),
+        );
+        mirrors = Some(mirror);
+        tasks.spawn(src.instrument(tracing::info_span!("api_source")));
+        if cfg.register_node {
+            let agent = NodeAgent {
+                client,
+                settings: NodeSettings {
+                    name: cfg.node_name.clone(),
+                    ip: node_ip.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])),
+                    hostname: cfg.node_name.clone(),
+                    extra_labels: cfg.node_labels.clone(),
+                    taints: cfg.register_with_taints.clone(),
+                    max_pods: cfg.max_pods,
+                    kubelet_port: 10250,
+                },
+                machine: MachineInfo::read(&cfg.root_dir),
+                runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+                cri: cri.clone(),
+                health: health.clone(),
+            };
+            tasks.spawn(
+                agent
+                    .run(cancel.child_token())
+                    .instrument(tracing::info_span!("node")),
+            );
+        }
+    }
     drop(snap_tx);
 
     let (worker_tx, worker_rx) = mpsc::unbounded_channel();
@@ -192,6 +283,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         health,
         runtime_pods,
         finished: HashMap::new(),
+        mirrors,
     };
     sync_loop
         .run(cfg_rx, pleg_rx, worker_rx, cancel.clone())
@@ -226,6 +318,8 @@ struct SyncLoop {
     /// When workers finished cleaning pods up: a runtime listing older than that still shows
     /// them, and housekeeping must not tear them down a second time.
     finished: HashMap<String, Instant>,
+    /// Told which static pods run, so each has a mirror pod (cluster mode only).
+    mirrors: Option<MirrorHandle>,
 }
 
 impl SyncLoop {
@@ -246,7 +340,10 @@ impl SyncLoop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 Some(ev) = config.recv() => match ev {
-                    ConfigEvent::Update(u) => self.handle_update(u).await,
+                    ConfigEvent::Update(u) => {
+                        self.handle_update(u).await;
+                        self.publish_static_pods();
+                    }
                     ConfigEvent::SourceReady(s) => {
                         info!(source = s, "pod source ready");
                         self.seen_sources.insert(s);
@@ -286,6 +383,23 @@ impl SyncLoop {
                         // Rejection is final for this UID (upstream: rejected pods are terminal).
                         continue;
                     }
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        // Graceful deletion: stop with the API's grace period; the object is
+                        // deleted once everything is gone (see handle_worker_event).
+                        let grace = pod
+                            .metadata
+                            .deletion_grace_period_seconds
+                            .map(|g| Duration::from_secs(g.max(0) as u64));
+                        info!(pod = %podutil::describe(&pod), grace = ?grace, "pod deleted in the API; terminating");
+                        self.waiting_for_name.retain(|_, p| podutil::uid(p) != uid);
+                        self.workers.terminate(pod, grace);
+                        continue;
+                    }
+                    if !self.workers.has(&uid) && is_terminal_in_api(&pod) {
+                        // Finished before (e.g. before a kubelet restart): never run it again.
+                        self.rejected.insert(uid);
+                        continue;
+                    }
                     self.status.add(pod.clone()).await;
                     self.start_or_wait(pod);
                 }
@@ -305,12 +419,26 @@ impl SyncLoop {
                     {
                         self.waiting_for_name.remove(&full);
                         self.status.remove(&uid).await;
-                    } else {
+                    } else if !self.finished.contains_key(&uid) || self.workers.has(&uid) {
+                        // (A pod whose worker already finished, e.g. deleted through the API, has
+                        // nothing left to stop.)
                         self.workers.terminate(pod, None);
                     }
                 }
             }
         }
+    }
+
+    /// The static pods that should have a mirror: wanted by their source, admitted, not deleted.
+    fn publish_static_pods(&self) {
+        let Some(m) = &self.mirrors else { return };
+        let pods = self
+            .pods
+            .iter()
+            .filter(|(uid, p)| podutil::is_static(p) && !self.rejected.contains(*uid))
+            .map(|(_, p)| p.clone())
+            .collect();
+        m.desired(pods);
     }
 
     /// A new pod runs once no other UID with its full name still has a worker.
@@ -332,7 +460,14 @@ impl SyncLoop {
                     self.queue.insert(uid, Instant::now() + after);
                 }
             }
-            WorkerEvent::Finished { uid, full_name } => {
+            WorkerEvent::Finished {
+                uid,
+                full_name,
+                pod,
+            } => {
+                if pod.metadata.deletion_timestamp.is_some() {
+                    self.status.terminated(pod).await;
+                }
                 self.workers.forget(&uid);
                 self.workers.reap();
                 self.queue.remove(&uid);
@@ -399,6 +534,13 @@ impl SyncLoop {
                 .terminate(Arc::new(pod), Some(Duration::from_secs(2)));
         }
     }
+}
+
+fn is_terminal_in_api(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
 }
 
 /// Upstream resyncs with up to 50% jitter so pods do not sync in lockstep.

@@ -8,6 +8,8 @@ pub mod dns;
 pub mod health;
 pub mod images;
 pub mod kubelet;
+pub mod mirror;
+pub mod node;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podutil;

@@ -35,7 +35,12 @@ pub enum WorkerEvent {
         retry_after: Option<Duration>,
     },
     /// Terminated and cleaned up: the worker is gone and the pod's name is free again.
-    Finished { uid: String, full_name: String },
+    Finished {
+        uid: String,
+        full_name: String,
+        /// The pod as the worker last knew it (deletion timestamp included).
+        pod: Arc<Pod>,
+    },
 }
 
 struct Worker {
@@ -198,7 +203,11 @@ async fn run_worker(
                 return;
             }
             ctx.status.remove(&uid).await;
-            let _ = events.send(WorkerEvent::Finished { uid, full_name });
+            let _ = events.send(WorkerEvent::Finished {
+                uid,
+                full_name,
+                pod: work.pod.clone(),
+            });
             return;
         }
         if !done {

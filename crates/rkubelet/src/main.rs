@@ -62,6 +62,12 @@ struct Flags {
     /// Maximum number of pods (maxPods).
     #[arg(long, value_name = "N")]
     max_pods: Option<u32>,
+    /// Events per second the kubelet may write; 0 for no limit (eventRecordQPS).
+    #[arg(long, value_name = "QPS")]
+    event_qps: Option<u32>,
+    /// Burst of events above --event-qps (eventBurst).
+    #[arg(long, value_name = "N")]
+    event_burst: Option<u32>,
     /// Pull one image at a time (serializeImagePulls).
     #[arg(long, value_name = "BOOL")]
     serialize_image_pulls: Option<bool>,
@@ -74,6 +80,21 @@ struct Flags {
     /// Cluster domain for pod search paths (clusterDomain).
     #[arg(long, value_name = "DOMAIN")]
     cluster_domain: Option<String>,
+    /// Kubeconfig to reach the API server; without it rkubelet runs standalone (static pods only).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Register the node with the API server (registerNode).
+    #[arg(long, value_name = "BOOL")]
+    register_node: Option<bool>,
+    /// The node's IP (InternalIP address, pods' hostIP); detected from the default route if unset.
+    #[arg(long, value_name = "IP")]
+    node_ip: Option<IpAddr>,
+    /// Labels to add when registering the node, key=value,... (--node-labels).
+    #[arg(long, value_name = "LABELS")]
+    node_labels: Option<String>,
+    /// Taints to register the node with, key=value:Effect,... (registerWithTaints).
+    #[arg(long, value_name = "TAINTS")]
+    register_with_taints: Option<String>,
     /// Log verbosity as upstream klog: 0-2 info, 3-4 debug, 5+ trace. RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     verbosity: u8,
@@ -124,6 +145,29 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
         cluster_dns,
         cluster_domain
     );
+    if let Some(q) = flags.event_qps {
+        cfg.event_record_qps = q;
+    }
+    if let Some(b) = flags.event_burst {
+        cfg.event_burst = b;
+    }
+    if let Some(k) = &flags.kubeconfig {
+        cfg.kubeconfig = Some(k.clone());
+    }
+    if let Some(b) = flags.register_node {
+        cfg.register_node = b;
+    }
+    if let Some(ip) = flags.node_ip {
+        cfg.node_ip = Some(ip);
+    }
+    if let Some(l) = &flags.node_labels {
+        cfg.node_labels = kubelet::node::status::parse_labels(l)
+            .map_err(|e| anyhow::anyhow!("--node-labels: {e}"))?;
+    }
+    if let Some(t) = &flags.register_with_taints {
+        cfg.register_with_taints = kubelet::node::status::parse_taints(t)
+            .map_err(|e| anyhow::anyhow!("--register-with-taints: {e}"))?;
+    }
     if let Some(p) = &flags.pod_manifest_path {
         cfg.static_pod_path = (!p.as_os_str().is_empty()).then(|| p.clone());
     }

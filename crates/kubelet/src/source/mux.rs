@@ -46,9 +46,7 @@ impl Merger {
         for (uid, pod) in &new {
             match old.get(uid) {
                 None => adds.push(pod.clone()),
-                Some(prev) if prev.metadata != pod.metadata || prev.spec != pod.spec => {
-                    updates.push(pod.clone())
-                }
+                Some(prev) if differ_semantically(prev, pod) => updates.push(pod.clone()),
                 Some(_) => {}
             }
         }
@@ -69,6 +67,17 @@ impl Merger {
         }
         (out, first)
     }
+}
+
+/// Upstream `podsDifferSemantically`: what the kubelet acts on. Status and bookkeeping fields
+/// (resourceVersion, managedFields) change with every status patch and must not cause a resync.
+fn differ_semantically(a: &Pod, b: &Pod) -> bool {
+    let (ma, mb) = (&a.metadata, &b.metadata);
+    a.spec != b.spec
+        || ma.labels != mb.labels
+        || ma.annotations != mb.annotations
+        || ma.deletion_timestamp != mb.deletion_timestamp
+        || ma.deletion_grace_period_seconds != mb.deletion_grace_period_seconds
 }
 
 /// The mux task: snapshots in, events out.
@@ -141,6 +150,14 @@ mod tests {
             pods: vec![p],
         });
         assert_eq!(ev[0].op, PodOp::Update);
+        // A new resourceVersion alone (our own status patch) is no update.
+        let mut p = m.sources["file"]["3"].as_ref().clone();
+        p.metadata.resource_version = Some("42".into());
+        let (ev, _) = m.merge(SourceSnapshot {
+            source: "file",
+            pods: vec![p],
+        });
+        assert!(ev.is_empty());
         // Duplicate names: the later one is ignored.
         let (ev, _) = m.merge(SourceSnapshot {
             source: "file",

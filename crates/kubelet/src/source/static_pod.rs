@@ -27,6 +27,7 @@ pub enum ManifestError {
 pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Decodes one manifest file (a Pod, or a PodList / List of pods) and applies static pod defaults.
 pub fn parse_manifest(text: &str, file: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodIP,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
     PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,6 +28,8 @@ pub struct StatusContext<'a> {
     pub runtime_name: &'a str,
     /// When the kubelet first saw the pod.
     pub start_time: Timestamp,
+    /// The node's IP, reported as hostIP(s).
+    pub host_ip: &'a str,
 }
 
 /// Now, at the second precision API times carry (jiff is built without its clock here).
@@ -345,6 +347,12 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: Some(Time(cx.start_time)),
+        host_ip: (!cx.host_ip.is_empty()).then(|| cx.host_ip.to_string()),
+        host_ips: (!cx.host_ip.is_empty()).then(|| {
+            vec![HostIP {
+                ip: cx.host_ip.to_string(),
+            }]
+        }),
         qos_class: Some(resources::pod_qos(pod).as_str().into()),
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
@@ -434,6 +442,7 @@ mod tests {
                 now: t,
                 runtime_name: "containerd",
                 start_time: t,
+                host_ip: "10.1.1.1",
             },
         )
     }
@@ -462,6 +471,7 @@ mod tests {
         let s = gen(&p, &rt, &Reasons::new(), None);
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.9"));
+        assert_eq!(s.host_ip.as_deref(), Some("10.1.1.1"));
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
         for c in [
             "PodReadyToStartContainers",

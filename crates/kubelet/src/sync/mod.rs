@@ -86,6 +86,8 @@ pub struct SyncContext {
     pub status: StatusHandle,
     pub root_dir: PathBuf,
     pub runtime_name: String,
+    /// The node's IP for pods' hostIP; empty in standalone mode without one.
+    pub node_ip: String,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -141,6 +143,7 @@ async fn publish(
         now: compute::now(),
         runtime_name: &ctx.runtime_name,
         start_time: state.first_seen,
+        host_ip: &ctx.node_ip,
     };
     let status = compute::generate(pod, rt, &cx);
     if state.last_status.as_ref() != Some(&status) {

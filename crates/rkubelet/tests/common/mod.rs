@@ -408,3 +408,142 @@ spec:
 
 /// Runs forever and exits promptly on SIGTERM.
 pub const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+/// A private etcd + kube-apiserver (hack/control-plane.sh), torn down on drop.
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub admin_kubeconfig: PathBuf,
+}
+
+impl ControlPlane {
+    pub fn up(tag: &str) -> ControlPlane {
+        let dir = PathBuf::from(format!("/tmp/rkt-cp-{tag}-{}", std::process::id()));
+        let script = repo_root().join("hack/control-plane.sh");
+        let _ = Command::new(&script).arg("down").arg(&dir).output();
+        let out = Command::new(&script)
+            .arg("up")
+            .arg(&dir)
+            .output()
+            .expect("run hack/control-plane.sh");
+        assert!(
+            out.status.success(),
+            "control plane did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let admin = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("ADMIN_KUBECONFIG="))
+            .expect("ADMIN_KUBECONFIG in control-plane.sh output");
+        ControlPlane {
+            admin_kubeconfig: PathBuf::from(admin),
+            dir,
+        }
+    }
+
+    /// A kubeconfig with only this node's credentials (system:node:<name>, system:nodes), so the
+    /// Node authorizer and NodeRestriction apply to rkubelet as in production.
+    pub fn node_kubeconfig(&self, node: &str) -> PathBuf {
+        let out = Command::new(repo_root().join("hack/control-plane.sh"))
+            .arg("node-cert")
+            .arg(&self.dir)
+            .arg(node)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .lines()
+                .last()
+                .unwrap()
+                .trim(),
+        )
+    }
+
+    /// `kubectl` as cluster admin; panics with its stderr on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_stdin(args, None)
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .args(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl");
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl get -o json`, or None when it does not exist.
+    pub fn get_json(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .arg("get")
+            .args(args)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// Stops the apiserver (etcd stays), for outage tests.
+    pub fn stop_apiserver(&self) {
+        self.script(&["stop-apiserver"]);
+    }
+
+    /// Brings the same apiserver back and waits until it is ready.
+    pub fn start_apiserver(&self) {
+        self.script(&["start-apiserver"]);
+    }
+
+    fn script(&self, cmd: &[&str]) {
+        let out = Command::new(repo_root().join("hack/control-plane.sh"))
+            .args(cmd)
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "control-plane.sh {cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("hack/control-plane.sh"))
+            .arg("down")
+            .arg(&self.dir)
+            .output();
+    }
+}

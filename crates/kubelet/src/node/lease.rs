@@ -1,0 +1,114 @@
+//! The node Lease heartbeat (upstream `pkg/kubelet/nodelease` / `component-helpers` lease
+//! controller): `kube-node-lease/<node>`, 40 s duration, renewed every 10 s, owned by the Node so it
+//! is garbage-collected with it. A failed renewal is retried with backoff and logged, never fatal.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+/// Upstream renews at a quarter of the duration.
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(7);
+
+fn now_micro() -> MicroTime {
+    let us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0);
+    MicroTime(Timestamp::from_microsecond(us).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+pub struct LeaseKeeper {
+    api: Api<Lease>,
+    node: String,
+    node_uid: String,
+}
+
+impl LeaseKeeper {
+    pub fn new(client: Client, node: String, node_uid: String) -> Self {
+        LeaseKeeper {
+            api: Api::namespaced(client, LEASE_NAMESPACE),
+            node,
+            node_uid,
+        }
+    }
+
+    fn desired_spec(&self) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.node.clone()),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            renew_time: Some(now_micro()),
+            ..Default::default()
+        }
+    }
+
+    /// Get, then create or update with the fresh renew time (optimistic concurrency through the
+    /// resourceVersion the GET returned).
+    async fn renew(&self) -> Result<(), kube::Error> {
+        match self.api.get_opt(&self.node).await? {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.node.clone()),
+                        namespace: Some(LEASE_NAMESPACE.into()),
+                        owner_references: (!self.node_uid.is_empty()).then(|| {
+                            vec![OwnerReference {
+                                api_version: "v1".into(),
+                                kind: "Node".into(),
+                                name: self.node.clone(),
+                                uid: self.node_uid.clone(),
+                                ..Default::default()
+                            }]
+                        }),
+                        ..Default::default()
+                    },
+                    spec: Some(self.desired_spec()),
+                };
+                self.api.create(&PostParams::default(), &lease).await?;
+            }
+            Some(mut lease) => {
+                let mut spec = lease.spec.take().unwrap_or_default();
+                let d = self.desired_spec();
+                spec.holder_identity = d.holder_identity;
+                spec.lease_duration_seconds = d.lease_duration_seconds;
+                spec.renew_time = d.renew_time;
+                lease.spec = Some(spec);
+                self.api
+                    .replace(&self.node, &PostParams::default(), &lease)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let wait = match self.renew().await {
+                Ok(()) => {
+                    debug!(node = %self.node, "lease renewed");
+                    delay = Duration::from_millis(200);
+                    RENEW_INTERVAL
+                }
+                Err(e) => {
+                    warn!(node = %self.node, error = %e, retry_in = ?delay, "failed to renew node lease");
+                    let d = delay;
+                    delay = (delay * 2).min(MAX_BACKOFF);
+                    d
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! What the node is made of (upstream gets this from cadvisor's MachineInfo): CPUs, memory, root
+//! filesystem size, and the identity fields of `nodeInfo`. Read once at start; plain file reads.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+/// Machine facts for the Node object.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MachineInfo {
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    /// Size of the filesystem holding the kubelet root dir.
+    pub ephemeral_storage_bytes: u64,
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub architecture: String,
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `MemTotal` of /proc/meminfo, in bytes.
+pub fn parse_meminfo_total(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// PRETTY_NAME of os-release, as upstream's `OSImage`.
+pub fn parse_os_release(text: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into())
+}
+
+/// Go's GOARCH names, which the `kubernetes.io/arch` label and nodeInfo use.
+pub fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+impl MachineInfo {
+    pub fn read(root_dir: &Path) -> MachineInfo {
+        let cpus = std::fs::read_to_string("/proc/cpuinfo")
+            .map(|s| s.lines().filter(|l| l.starts_with("processor")).count() as u32)
+            .unwrap_or(0)
+            .max(1);
+        let memory_bytes = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| parse_meminfo_total(&t))
+            .unwrap_or(0);
+        let ephemeral_storage_bytes = nix::sys::statvfs::statvfs(root_dir)
+            .map(|s| s.blocks() * s.fragment_size())
+            .unwrap_or(0);
+        let machine_id = match read_trim("/etc/machine-id") {
+            s if s.is_empty() => read_trim("/var/lib/dbus/machine-id"),
+            s => s,
+        };
+        MachineInfo {
+            cpus,
+            memory_bytes,
+            ephemeral_storage_bytes,
+            machine_id,
+            system_uuid: read_trim("/sys/class/dmi/id/product_uuid"),
+            boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+            kernel_version: nix::sys::utsname::uname()
+                .map(|u| u.release().to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            os_image: parse_os_release(
+                &std::fs::read_to_string("/etc/os-release").unwrap_or_default(),
+            ),
+            architecture: go_arch().into(),
+        }
+    }
+}
+
+/// The node's IP when `--node-ip` is not given (upstream: the host's default-route address):
+/// the IPv4 address of the interface holding the default route, else the first global address.
+pub fn detect_node_ip() -> Option<IpAddr> {
+    let default_iface = std::fs::read_to_string("/proc/net/route")
+        .ok()
+        .and_then(|t| {
+            t.lines().skip(1).find_map(|l| {
+                let f: Vec<_> = l.split_whitespace().collect();
+                (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
+            })
+        });
+    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter_map(|a| {
+            let ip = a.address?.as_sockaddr_in().map(|s| IpAddr::V4(s.ip()))?;
+            Some((a.interface_name, ip))
+        })
+        .filter(|(_, ip)| !ip.is_loopback())
+        .collect();
+    if let Some(iface) = default_iface {
+        if let Some((_, ip)) = addrs.iter().find(|(n, _)| *n == iface) {
+            return Some(*ip);
+        }
+    }
+    addrs.first().map(|(_, ip)| *ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers() {
+        assert_eq!(
+            parse_meminfo_total("MemTotal:       24576000 kB\nMemFree: 1 kB\n"),
+            Some(24_576_000 * 1024)
+        );
+        assert_eq!(parse_meminfo_total("nope"), None);
+        assert_eq!(
+            parse_os_release("NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
+            "Debian GNU/Linux 12 (bookworm)"
+        );
+        let m = MachineInfo::read(Path::new("/"));
+        assert!(m.cpus >= 1 && m.memory_bytes > 0 && m.ephemeral_storage_bytes > 0);
+        assert!(!m.kernel_version.is_empty());
+    }
+}

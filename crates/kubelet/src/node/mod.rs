@@ -1,0 +1,166 @@
+//! The node's presence in the cluster (upstream `kubelet_node_status.go` and `nodelease`):
+//! registration with backoff, the status loop (computed every `nodeStatusUpdateFrequency`, posted
+//! on change or every `nodeStatusReportFrequency`), and the Lease heartbeat. Runs beside the
+//! SyncLoop and never blocks it: static pods keep running while the API server is away.
+
+pub mod lease;
+pub mod machine;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use rkubelet_cri::{api, CriClient};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use machine::MachineInfo;
+use status::NodeSettings;
+
+/// Upstream defaults.
+pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
+pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+
+/// Owns the Node object's status; spawned once the kubelet has a client.
+pub struct NodeAgent {
+    pub client: Client,
+    pub settings: NodeSettings,
+    pub machine: MachineInfo,
+    pub runtime_version: String,
+    pub cri: CriClient,
+    pub health: Arc<crate::health::Health>,
+}
+
+impl NodeAgent {
+    /// Registers (retrying 100 ms -> 7 s), then runs the Lease and status loops until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let Some(node) = self.register(&cancel).await else {
+            return;
+        };
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        let lease = lease::LeaseKeeper::new(self.client.clone(), self.settings.name.clone(), uid);
+        tokio::join!(
+            lease.run(cancel.clone()),
+            self.status_loop(node.status, cancel.clone())
+        );
+    }
+
+    /// Upstream `registerWithAPIServer`: create, or on AlreadyExists reconcile our labels onto the
+    /// existing Node (a restart updates, never duplicates).
+    async fn register(&self, cancel: &CancellationToken) -> Option<Node> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = status::initial_node(&self.settings, &self.machine, &self.runtime_version);
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let res = match nodes.create(&PostParams::default(), &node).await {
+                Ok(n) => {
+                    info!(node = %self.settings.name, "registered node");
+                    Ok(n)
+                }
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    let patch = serde_json::json!({
+                        "metadata": {"labels": node.metadata.labels},
+                    });
+                    nodes
+                        .patch(&self.settings.name, &PatchParams::default(), &Patch::Strategic(&patch))
+                        .await
+                        .inspect(|_| info!(node = %self.settings.name, "node already registered; updated its labels"))
+                }
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(n) => return Some(n),
+                Err(e) => {
+                    warn!(node = %self.settings.name, error = %e, retry_in = ?delay, "unable to register node with the API server");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return None,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(7));
+                }
+            }
+        }
+    }
+
+    /// Why the node is not ready, from the kubelet's loops and the runtime's own conditions.
+    async fn health(&self) -> status::Health {
+        let mut not_ready = Vec::new();
+        if let Err(errs) = self.health.check() {
+            not_ready.extend(
+                errs.into_iter()
+                    .map(|e| format!("PLEG is not healthy: {e}")),
+            );
+        }
+        match self.cri.status(api::StatusRequest { verbose: false }).await {
+            Ok(s) => {
+                for c in s.status.map(|s| s.conditions).unwrap_or_default() {
+                    if !c.status && (c.r#type == "RuntimeReady" || c.r#type == "NetworkReady") {
+                        not_ready.push(format!(
+                            "container runtime {} not ready: {}={} reason:{} message:{}",
+                            if c.r#type == "NetworkReady" {
+                                "network"
+                            } else {
+                                "status"
+                            },
+                            c.r#type,
+                            c.status,
+                            c.reason,
+                            c.message
+                        ));
+                    }
+                }
+            }
+            Err(e) => not_ready.push(format!("container runtime is down: {e}")),
+        }
+        status::Health { not_ready }
+    }
+
+    async fn status_loop(&self, mut last: Option<NodeStatus>, cancel: CancellationToken) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut last_report: Option<Instant> = None;
+        let mut tick = tokio::time::interval(NODE_STATUS_UPDATE_FREQUENCY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let health = self.health().await;
+            let st = status::node_status(
+                &self.settings,
+                &self.machine,
+                &self.runtime_version,
+                &health,
+                crate::status::compute::now(),
+                last.as_ref(),
+            );
+            let due = last_report.is_none_or(|t| t.elapsed() >= NODE_STATUS_REPORT_FREQUENCY);
+            if !due && last.as_ref().is_some_and(|l| !status::changed(l, &st)) {
+                continue;
+            }
+            let patch = serde_json::json!({ "status": st });
+            match nodes
+                .patch_status(
+                    &self.settings.name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    if last.as_ref().is_none_or(|l| status::changed(l, &st)) {
+                        info!(node = %self.settings.name, ready = health.not_ready.is_empty(), "node status updated");
+                    }
+                    last = Some(st);
+                    last_report = Some(Instant::now());
+                }
+                Err(e) => {
+                    warn!(node = %self.settings.name, error = %e, "error updating node status, will retry")
+                }
+            }
+        }
+    }
+}

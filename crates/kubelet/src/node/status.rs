@@ -1,0 +1,403 @@
+//! The Node object and its status (upstream `nodestatus/setters.go`, `kubelet_node_status.go`):
+//! pure functions from machine facts and health to `v1.Node`, so registration and the status loop
+//! share one definition and it can be table-tested.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::machine::MachineInfo;
+
+/// The upstream kubelet version whose behaviour rkubelet follows; reported as `kubeletVersion`.
+pub const KUBELET_VERSION: &str = "v1.33.0";
+
+/// Upstream's default `evictionHard` thresholds, which allocatable subtracts.
+const EVICTION_MEMORY_AVAILABLE: u64 = 100 * 1024 * 1024;
+const EVICTION_NODEFS_PERCENT: u64 = 10;
+
+/// Node settings from flags and config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    pub name: String,
+    pub ip: IpAddr,
+    pub hostname: String,
+    pub extra_labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub max_pods: u32,
+    pub kubelet_port: u16,
+}
+
+/// Parses `--node-labels` (`k=v,k2=v2`).
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("node label {item:?} must be key=value"))?;
+        if k.is_empty() {
+            return Err(format!("node label {item:?} has an empty key"));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// Parses `--register-with-taints` (`key=value:Effect,key:Effect`).
+pub fn parse_taints(s: &str) -> Result<Vec<Taint>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (kv, effect) = item
+            .rsplit_once(':')
+            .ok_or_else(|| format!("taint {item:?} must be key[=value]:Effect"))?;
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+            return Err(format!("taint {item:?}: invalid effect {effect:?}"));
+        }
+        let (key, value) = match kv.split_once('=') {
+            Some((k, v)) => (k, Some(v.to_string())),
+            None => (kv, None),
+        };
+        if key.is_empty() {
+            return Err(format!("taint {item:?} has an empty key"));
+        }
+        out.push(Taint {
+            key: key.into(),
+            value,
+            effect: effect.into(),
+            time_added: None,
+        });
+    }
+    Ok(out)
+}
+
+fn ki(bytes: u64) -> Quantity {
+    Quantity(format!("{}Ki", bytes / 1024))
+}
+
+/// Labels the kubelet owns on its Node (upstream `initialNode` + `updateDefaultLabels`).
+pub fn node_labels(s: &NodeSettings, m: &MachineInfo) -> BTreeMap<String, String> {
+    let mut l = s.extra_labels.clone();
+    for (k, v) in [
+        ("kubernetes.io/hostname", s.hostname.as_str()),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", m.architecture.as_str()),
+        ("beta.kubernetes.io/os", "linux"),
+        ("beta.kubernetes.io/arch", m.architecture.as_str()),
+    ] {
+        l.insert(k.into(), v.into());
+    }
+    l
+}
+
+/// Capacity and allocatable: allocatable holds back upstream's default hard eviction thresholds.
+pub fn resources(
+    s: &NodeSettings,
+    m: &MachineInfo,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let capacity: BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), Quantity(m.cpus.to_string())),
+        ("memory".to_string(), ki(m.memory_bytes)),
+        ("pods".to_string(), Quantity(s.max_pods.to_string())),
+        (
+            "ephemeral-storage".to_string(),
+            ki(m.ephemeral_storage_bytes),
+        ),
+    ]
+    .into();
+    let mut alloc = capacity.clone();
+    alloc.insert(
+        "memory".into(),
+        ki(m.memory_bytes.saturating_sub(EVICTION_MEMORY_AVAILABLE)),
+    );
+    alloc.insert(
+        "ephemeral-storage".into(),
+        Quantity(
+            (m.ephemeral_storage_bytes - m.ephemeral_storage_bytes * EVICTION_NODEFS_PERCENT / 100)
+                .to_string(),
+        ),
+    );
+    (capacity, alloc)
+}
+
+/// The Node to register (upstream `initialNode`).
+pub fn initial_node(s: &NodeSettings, m: &MachineInfo, runtime_version: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(s.name.clone()),
+            labels: Some(node_labels(s, m)),
+            annotations: Some(
+                [(
+                    "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: (!s.taints.is_empty()).then(|| s.taints.clone()),
+            ..Default::default()
+        }),
+        status: Some(node_status(
+            s,
+            m,
+            runtime_version,
+            &Health::default(),
+            Timestamp::UNIX_EPOCH,
+            None,
+        )),
+    }
+}
+
+/// What the Ready condition is computed from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Health {
+    /// Reasons the node is not ready (runtime down, PLEG unhealthy, network not ready...).
+    pub not_ready: Vec<String>,
+}
+
+fn condition(
+    kind: &str,
+    ok_status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+    old: Option<&NodeStatus>,
+) -> NodeCondition {
+    let prev = old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == kind));
+    let transition = match prev {
+        Some(p) if p.status == ok_status => p.last_transition_time.clone(),
+        _ => Some(Time(now)),
+    };
+    NodeCondition {
+        type_: kind.into(),
+        status: ok_status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: transition,
+    }
+}
+
+/// The whole node status (upstream's setters, in their order).
+pub fn node_status(
+    s: &NodeSettings,
+    m: &MachineInfo,
+    runtime_version: &str,
+    health: &Health,
+    now: Timestamp,
+    old: Option<&NodeStatus>,
+) -> NodeStatus {
+    let (capacity, allocatable) = resources(s, m);
+    let ready = if health.not_ready.is_empty() {
+        condition(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status",
+            now,
+            old,
+        )
+    } else {
+        condition(
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            &health.not_ready.join(", "),
+            now,
+            old,
+        )
+    };
+    NodeStatus {
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: s.ip.to_string(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: s.hostname.clone(),
+            },
+        ]),
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        conditions: Some(vec![
+            condition(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+                now,
+                old,
+            ),
+            condition(
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+                now,
+                old,
+            ),
+            condition(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+                now,
+                old,
+            ),
+            ready,
+        ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: s.kubelet_port as i32,
+            }),
+        }),
+        node_info: Some(NodeSystemInfo {
+            architecture: m.architecture.clone(),
+            boot_id: m.boot_id.clone(),
+            container_runtime_version: runtime_version.into(),
+            kernel_version: m.kernel_version.clone(),
+            kube_proxy_version: String::new(),
+            kubelet_version: KUBELET_VERSION.into(),
+            machine_id: m.machine_id.clone(),
+            operating_system: "linux".into(),
+            os_image: m.os_image.clone(),
+            system_uuid: m.system_uuid.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Status equality ignoring heartbeat times: a status that differs only in them is not posted
+/// before `nodeStatusReportFrequency` (the Lease carries liveness).
+pub fn changed(a: &NodeStatus, b: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s
+    };
+    strip(a) != strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> NodeSettings {
+        NodeSettings {
+            name: "n1".into(),
+            ip: "10.1.2.3".parse().unwrap(),
+            hostname: "n1".into(),
+            extra_labels: parse_labels("role=worker,zone=a").unwrap(),
+            taints: parse_taints("dedicated=db:NoSchedule,gpu:NoExecute").unwrap(),
+            max_pods: 110,
+            kubelet_port: 10250,
+        }
+    }
+
+    fn machine() -> MachineInfo {
+        MachineInfo {
+            cpus: 2,
+            memory_bytes: 4 * 1024 * 1024 * 1024,
+            ephemeral_storage_bytes: 100 * 1024 * 1024 * 1024,
+            architecture: "amd64".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn flags() {
+        assert!(parse_labels("novalue").is_err());
+        assert!(parse_taints("k=v:Sometimes").is_err());
+        assert!(parse_taints("k=v").is_err());
+        let t = parse_taints("gpu:NoExecute").unwrap();
+        assert_eq!(
+            (
+                t[0].key.as_str(),
+                t[0].value.as_deref(),
+                t[0].effect.as_str()
+            ),
+            ("gpu", None, "NoExecute")
+        );
+    }
+
+    #[test]
+    fn node_object() {
+        let n = initial_node(&settings(), &machine(), "containerd://1.6.20");
+        let l = n.metadata.labels.as_ref().unwrap();
+        assert_eq!(l["kubernetes.io/hostname"], "n1");
+        assert_eq!(l["kubernetes.io/arch"], "amd64");
+        assert_eq!(l["role"], "worker");
+        assert_eq!(n.spec.as_ref().unwrap().taints.as_ref().unwrap().len(), 2);
+        let st = n.status.unwrap();
+        let cap = st.capacity.unwrap();
+        let alloc = st.allocatable.unwrap();
+        assert_eq!(cap["cpu"].0, "2");
+        assert_eq!(cap["memory"].0, "4194304Ki");
+        assert_eq!(alloc["memory"].0, format!("{}Ki", 4194304 - 102400));
+        assert_eq!(cap["pods"].0, "110");
+        let info = st.node_info.unwrap();
+        assert_eq!(
+            (
+                info.kubelet_version.as_str(),
+                info.container_runtime_version.as_str()
+            ),
+            (KUBELET_VERSION, "containerd://1.6.20")
+        );
+        assert_eq!(st.addresses.unwrap()[0].address, "10.1.2.3");
+    }
+
+    #[test]
+    fn ready_condition_and_change_detection() {
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let t1 = Timestamp::from_second(1_700_000_010).unwrap();
+        let ok = node_status(&settings(), &machine(), "c", &Health::default(), t0, None);
+        let again = node_status(
+            &settings(),
+            &machine(),
+            "c",
+            &Health::default(),
+            t1,
+            Some(&ok),
+        );
+        assert!(!changed(&ok, &again), "only heartbeats differ");
+        let ready = |s: &NodeStatus| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(ready(&again).last_transition_time, Some(Time(t0)));
+        assert_eq!(ready(&again).reason.as_deref(), Some("KubeletReady"));
+        let bad = Health {
+            not_ready: vec!["container runtime is down".into()],
+        };
+        let down = node_status(&settings(), &machine(), "c", &bad, t1, Some(&ok));
+        assert!(changed(&ok, &down));
+        let r = ready(&down);
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref(), r.message.as_deref()),
+            (
+                "False",
+                Some("KubeletNotReady"),
+                Some("container runtime is down")
+            )
+        );
+        assert_eq!(r.last_transition_time, Some(Time(t1)));
+    }
+}

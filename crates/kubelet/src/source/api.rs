@@ -1,0 +1,116 @@
+//! Pod source `api` (upstream `config/apiserver.go`): list+watch of pods bound to this node
+//! (`spec.nodeName=<node>`) through kube-runtime's watcher, which re-lists on 410 Gone and backs off
+//! on errors. Sends a full snapshot after the initial list and after every change. Mirror pods are
+//! not run (the kubelet owns them, as upstream): they go to the mirror pod manager instead.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::static_pod::{CONFIG_SOURCE_ANNOTATION, MIRROR_ANNOTATION};
+use super::SourceSnapshot;
+use crate::mirror::MirrorHandle;
+
+pub const API_SOURCE: &str = "api";
+
+fn keyed(pod: Pod) -> Option<(String, Pod)> {
+    let uid = pod.metadata.uid.clone()?;
+    Some((uid, pod))
+}
+
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+/// Splits the store into the pods to run (marked `config.source: api`) and the mirror pods.
+fn split(store: &BTreeMap<String, Pod>) -> (Vec<Pod>, Vec<Pod>) {
+    let (mirrors, pods): (Vec<Pod>, Vec<Pod>) = store.values().cloned().partition(is_mirror);
+    let pods = pods
+        .into_iter()
+        .map(|mut p| {
+            p.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(CONFIG_SOURCE_ANNOTATION.into(), API_SOURCE.into());
+            p
+        })
+        .collect();
+    (pods, mirrors)
+}
+
+pub async fn run(
+    client: Client,
+    node_name: String,
+    tx: mpsc::Sender<SourceSnapshot>,
+    mirrors: MirrorHandle,
+    cancel: CancellationToken,
+) {
+    let pods: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let mut stream = watcher::watcher(pods, cfg).default_backoff().boxed();
+    let mut store: BTreeMap<String, Pod> = BTreeMap::new();
+    let mut init: BTreeMap<String, Pod> = BTreeMap::new();
+    loop {
+        let ev = tokio::select! {
+            _ = cancel.cancelled() => return,
+            ev = stream.next() => match ev { Some(ev) => ev, None => return },
+        };
+        let changed = match ev {
+            Ok(Event::Init) => {
+                init.clear();
+                false
+            }
+            Ok(Event::InitApply(p)) => {
+                init.extend(keyed(p));
+                false
+            }
+            Ok(Event::InitDone) => {
+                store = std::mem::take(&mut init);
+                info!(pods = store.len(), "listed pods bound to this node");
+                true
+            }
+            Ok(Event::Apply(p)) => {
+                if let Some((uid, p)) = keyed(p) {
+                    store.insert(uid, p);
+                }
+                true
+            }
+            Ok(Event::Delete(p)) => {
+                if let Some(uid) = p.metadata.uid.as_ref() {
+                    store.remove(uid);
+                }
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "watch of pods bound to this node failed; retrying");
+                false
+            }
+        };
+        if !changed {
+            continue;
+        }
+        let (pods, mirror_pods) = split(&store);
+        mirrors.observed(mirror_pods);
+        if tx
+            .send(SourceSnapshot {
+                source: API_SOURCE,
+                pods,
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}

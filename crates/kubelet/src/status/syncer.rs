@@ -1,0 +1,144 @@
+//! Writes pod statuses to the API server (upstream `status_manager.go` `syncPod`): the newest status
+//! per pod, patched only when it changed, with the pod UID in the patch as precondition (a pod
+//! deleted and re-created under the same name is never written to by mistake), retried on the 10 s
+//! resync. Strategic merge keeps conditions owned by others (PodScheduled, readiness gates). Once a
+//! deleted pod is fully terminated, the object is deleted with grace 0, as upstream.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::Client;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Upstream `syncPeriod` of the status manager.
+pub const RESYNC: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodKey {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug)]
+pub enum SyncCmd {
+    Patch(PodKey, Box<PodStatus>),
+    Delete(PodKey),
+}
+
+/// The API-writing half of the status manager; owns the client and what is still to be written.
+pub struct Syncer {
+    client: Client,
+    rx: mpsc::UnboundedReceiver<SyncCmd>,
+    /// Statuses not yet accepted by the API server.
+    pending: BTreeMap<PodKey, PodStatus>,
+    /// What the API server last accepted, to skip unchanged writes.
+    written: BTreeMap<PodKey, PodStatus>,
+    deletes: BTreeMap<PodKey, ()>,
+}
+
+impl Syncer {
+    pub fn new(client: Client) -> (Self, mpsc::UnboundedSender<SyncCmd>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Syncer {
+                client,
+                rx,
+                pending: BTreeMap::new(),
+                written: BTreeMap::new(),
+                deletes: BTreeMap::new(),
+            },
+            tx,
+        )
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(RESYNC);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                cmd = self.rx.recv() => match cmd {
+                    Some(c) => self.take(c),
+                    None => return,
+                },
+                _ = tick.tick() => {}
+            }
+            // Coalesce whatever else is queued: only the newest status per pod is written.
+            while let Ok(c) = self.rx.try_recv() {
+                self.take(c);
+            }
+            self.flush().await;
+        }
+    }
+
+    fn take(&mut self, cmd: SyncCmd) {
+        match cmd {
+            SyncCmd::Patch(k, st) => {
+                if self.written.get(&k) == Some(&*st) {
+                    self.pending.remove(&k);
+                } else {
+                    self.pending.insert(k, *st);
+                }
+            }
+            SyncCmd::Delete(k) => {
+                self.pending.remove(&k);
+                self.deletes.insert(k, ());
+            }
+        }
+    }
+
+    async fn flush(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        for (k, st) in pending {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &k.namespace);
+            let patch = serde_json::json!({ "metadata": { "uid": k.uid }, "status": st });
+            match api
+                .patch_status(&k.name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await
+            {
+                Ok(_) => {
+                    debug!(pod = %format!("{}/{}", k.namespace, k.name), phase = ?st.phase, "status patched");
+                    self.written.insert(k, st);
+                }
+                // The pod is gone or is another pod now: nothing to write.
+                Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+                    self.written.remove(&k);
+                }
+                Err(e) => {
+                    warn!(pod = %format!("{}/{}", k.namespace, k.name), error = %e, "failed to update pod status; will retry");
+                    self.pending.insert(k, st);
+                }
+            }
+        }
+        let deletes = std::mem::take(&mut self.deletes);
+        for (k, ()) in deletes {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &k.namespace);
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: Some(k.uid.clone()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&k.name, &dp).await {
+                Ok(_) => {
+                    info!(pod = %format!("{}/{}", k.namespace, k.name), "pod fully terminated; deleted from the API server");
+                    self.written.remove(&k);
+                }
+                Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+                    self.written.remove(&k);
+                }
+                Err(e) => {
+                    warn!(pod = %format!("{}/{}", k.namespace, k.name), error = %e, "failed to delete pod; will retry");
+                    self.deletes.insert(k, ());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! rkubelet as a node of a real control plane (etcd + kube-apiserver 1.20 with Node,RBAC and
+//! NodeRestriction), using only its node credentials, against a real private containerd.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+fn start_node(cp: &ControlPlane, env: &mut Env) {
+    let kc = cp.node_kubeconfig(&env.node);
+    let kc = format!("--kubeconfig={}", kc.display());
+    env.start_kubelet_with(&[
+        &kc,
+        "--node-ip=127.0.0.1",
+        "--node-labels=rkubelet.test/role=worker",
+    ]);
+}
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn wait_json(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
+    wait_until(timeout, what, &mut f)
+}
+
+fn pod_manifest(name: &str, node: &str, script: &str, grace: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: {grace}
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+#[tokio::test]
+async fn node_registers_ready_and_renews_its_lease() {
+    let cp = ControlPlane::up("node");
+    let mut env = Env::new(121);
+    start_node(&cp, &mut env);
+    let node = wait_json("node Ready", Duration::from_secs(30), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "Ready")?["status"] == "True").then_some(n)
+    });
+    let ready = condition(&node, "Ready").unwrap();
+    assert_eq!(ready["reason"], "KubeletReady");
+    for (kind, reason) in [
+        ("MemoryPressure", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "KubeletHasSufficientPID"),
+    ] {
+        let c = condition(&node, kind).unwrap();
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("False"), Some(reason))
+        );
+    }
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], env.node.as_str());
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(labels["rkubelet.test/role"], "worker");
+    assert_eq!(node["status"]["capacity"]["pods"], "110");
+    assert!(
+        node["status"]["capacity"]["cpu"]
+            .as_str()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+            >= 1
+    );
+    let info = &node["status"]["nodeInfo"];
+    assert!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://"),
+        "{info}"
+    );
+    assert!(!info["bootID"].as_str().unwrap().is_empty());
+    let addrs = node["status"]["addresses"].as_array().unwrap();
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a["type"] == "InternalIP" && a["address"] == "127.0.0.1"),
+        "{addrs:?}"
+    );
+
+    let lease = wait_json("lease", Duration::from_secs(20), || {
+        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
+    });
+    assert_eq!(lease["spec"]["holderIdentity"], env.node.as_str());
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    let owner = &lease["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("Node"), Some(env.node.as_str()))
+    );
+    assert_eq!(owner["uid"], node["metadata"]["uid"]);
+    let first = lease["spec"]["renewTime"].as_str().unwrap().to_string();
+    wait_json("lease renewed", Duration::from_secs(20), || {
+        let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+        (l["spec"]["renewTime"].as_str()? != first).then_some(l)
+    });
+
+    // rkubelet holds only node credentials, and NodeRestriction is on: the node cannot create a
+    // pod that is not a mirror pod.
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(cp.node_kubeconfig(&env.node))
+        .args(["create", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(pod_manifest("sneaky", &env.node, "true", 1).as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("can only create mirror pods"), "{err}");
+
+    // A restart re-registers the same Node object (same UID), never a second one.
+    env.stop_kubelet(Signal::SIGKILL);
+    start_node(&cp, &mut env);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = cp.get_json(&["node", &env.node]).unwrap();
+    assert_eq!(again["metadata"]["uid"], node["metadata"]["uid"]);
+    assert_eq!(
+        cp.get_json(&["nodes"]).unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(env.kubelet_log().contains("node already registered"));
+}
+
+#[tokio::test]
+async fn api_pods_run_report_status_and_are_deleted_gracefully() {
+    let cp = ControlPlane::up("pods");
+    let mut env = Env::new(122);
+    start_node(&cp, &mut env);
+    let created = Instant::now();
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("app", &env.node, SLEEPER, 10)),
+    );
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("crasher", &env.node, "sleep 1; exit 3", 1)),
+    );
+
+    let pod = wait_json("app Running in the API", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "app"])?;
+        (p["status"]["phase"] == "Running" && condition(&p, "Ready")?["status"] == "True")
+            .then_some(p)
+    });
+    println!(
+        "kubectl create -> Running in the API: {:?}",
+        created.elapsed()
+    );
+    let st = &pod["status"];
+    assert_eq!(st["hostIP"], "127.0.0.1");
+    assert!(
+        st["podIP"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("10.88.{}.", env.index)),
+        "{st}"
+    );
+    assert_eq!(st["qosClass"], "BestEffort");
+    assert!(st["startTime"].is_string());
+    let cs = &st["containerStatuses"][0];
+    assert!(cs["state"]["running"].is_object(), "{cs}");
+    assert!(cs["containerID"]
+        .as_str()
+        .unwrap()
+        .starts_with("containerd://"));
+    for c in [
+        "Initialized",
+        "ContainersReady",
+        "PodReadyToStartContainers",
+    ] {
+        assert_eq!(condition(&pod, c).unwrap()["status"], "True", "{c}");
+    }
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(env.containers_of(&uid).await.len(), 1);
+
+    // A crashing container: terminated state and restarts show in the API.
+    let crasher = wait_json("crasher restarted", Duration::from_secs(40), || {
+        let p = cp.get_json(&["pod", "crasher"])?;
+        let cs = &p["status"]["containerStatuses"][0];
+        (cs["restartCount"].as_i64()? >= 1 && cs["lastState"]["terminated"]["exitCode"] == 3)
+            .then_some(p)
+    });
+    assert_eq!(crasher["status"]["phase"], "Running");
+
+    // A kubelet restart adopts the containers and creates no duplicates.
+    let before: Vec<_> = env
+        .containers_of(&uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    env.stop_kubelet(Signal::SIGKILL);
+    start_node(&cp, &mut env);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after: Vec<_> = env
+        .containers_of(&uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(
+        cp.get_json(&["pods"]).unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // kubectl delete: containers stop within the grace period and the object goes away.
+    let t = Instant::now();
+    cp.kubectl(&["delete", "pod", "app", "--wait=false"]);
+    wait_until(Duration::from_secs(15), "pod object deleted", || {
+        cp.get_json(&["pod", "app"]).is_none().then_some(())
+    });
+    println!("kubectl delete -> object gone: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+    let begin = Instant::now();
+    while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
+        assert!(
+            begin.elapsed() < Duration::from_secs(10),
+            "containers left after delete"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(env.kubelet_log().contains("deleted from the API server"));
+}
+
+fn static_web(tag: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: default
+  labels: {{app: web, tag: "{tag}"}}
+spec:
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {SLEEPER:?}]
+"#
+    )
+}
+
+fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj["metadata"]["annotations"][key].as_str()
+}
+
+#[tokio::test]
+async fn static_pods_have_mirror_pods_that_come_back() {
+    let cp = ControlPlane::up("mirror");
+    let mut env = Env::new(123);
+    env.write_manifest("web.yaml", &static_web("one"));
+    start_node(&cp, &mut env);
+    let name = format!("web-{}", env.node);
+
+    // The mirror pod shows the static pod, with its hash, owned by the Node, and its status.
+    let mirror = wait_json("mirror pod Running", Duration::from_secs(40), || {
+        let p = cp.get_json(&["pod", &name])?;
+        (p["status"]["phase"] == "Running" && condition(&p, "Ready")?["status"] == "True")
+            .then_some(p)
+    });
+    let hash = annotation(&mirror, "kubernetes.io/config.hash").unwrap();
+    assert_eq!(annotation(&mirror, "kubernetes.io/config.mirror"), Some(hash));
+    assert_eq!(annotation(&mirror, "kubernetes.io/config.source"), Some("file"));
+    let owner = &mirror["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Node");
+    assert_eq!(owner["controller"], true);
+    assert!(mirror["status"]["podIP"].as_str().is_some(), "{mirror}");
+    let static_uid = env.wait_running("web").metadata.uid.unwrap();
+    let containers: Vec<_> = env
+        .containers_of(&static_uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(containers.len(), 1);
+
+    // Deleting the mirror pod in the API re-creates it and leaves the static pod alone.
+    let first_uid = mirror["metadata"]["uid"].as_str().unwrap().to_string();
+    cp.kubectl(&["delete", "pod", &name, "--wait=false"]);
+    let again = wait_json("mirror pod re-created", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", &name])?;
+        (p["metadata"]["uid"].as_str()? != first_uid
+            && p["metadata"]["deletionTimestamp"].is_null()
+            && p["status"]["phase"] == "Running")
+            .then_some(p)
+    });
+    assert_eq!(annotation(&again, "kubernetes.io/config.mirror"), Some(hash));
+    let now: Vec<_> = env
+        .containers_of(&static_uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(containers, now, "deleting the mirror must not touch the static pod");
+
+    // Changing the manifest replaces the mirror with one of the new hash.
+    env.write_manifest("web.yaml", &static_web("two"));
+    let replaced = wait_json("mirror pod replaced", Duration::from_secs(40), || {
+        let p = cp.get_json(&["pod", &name])?;
+        (p["metadata"]["labels"]["tag"] == "two" && p["status"]["phase"] == "Running")
+            .then_some(p)
+    });
+    assert_ne!(
+        annotation(&replaced, "kubernetes.io/config.mirror"),
+        Some(hash)
+    );
+
+    // Removing the manifest removes the mirror pod.
+    env.remove_manifest("web.yaml");
+    wait_until(Duration::from_secs(40), "mirror pod removed", || {
+        cp.get_json(&["pod", &name]).is_none().then_some(())
+    });
+}
+
+#[tokio::test]
+async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
+    let cp = ControlPlane::up("outage");
+    let mut env = Env::new(124);
+    start_node(&cp, &mut env);
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("steady", &env.node, SLEEPER, 2)),
+    );
+    // Finishes while the apiserver is away: its final status is a pending update.
+    let finisher =
+        pod_manifest("finisher", &env.node, "sleep 25", 2).replace("spec:\n", "spec:\n  restartPolicy: Never\n");
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&finisher));
+    let steady = wait_json("pods Running", Duration::from_secs(30), || {
+        let f = cp.get_json(&["pod", "finisher"])?;
+        let p = cp.get_json(&["pod", "steady"])?;
+        (p["status"]["phase"] == "Running" && f["status"]["phase"] == "Running").then_some(p)
+    });
+    let uid = steady["metadata"]["uid"].as_str().unwrap().to_string();
+    let before: Vec<_> = env
+        .containers_of(&uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let lease_before = wait_json("lease", Duration::from_secs(20), || {
+        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
+    })["spec"]["renewTime"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    cp.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(env.kubelet_alive(), "rkubelet died without its apiserver");
+    let during: Vec<_> = env
+        .containers_of(&uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(before, during, "pods must keep running while the apiserver is away");
+    cp.start_apiserver();
+
+    wait_json("lease renewed after the outage", Duration::from_secs(30), || {
+        let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+        (l["spec"]["renewTime"].as_str()? > lease_before.as_str()).then_some(l)
+    });
+    let f = wait_json("pending status lands", Duration::from_secs(30), || {
+        let f = cp.get_json(&["pod", "finisher"])?;
+        (f["status"]["phase"] == "Succeeded").then_some(f)
+    });
+    assert_eq!(
+        f["status"]["containerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    wait_json("node Ready", Duration::from_secs(30), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "Ready")?["status"] == "True").then_some(n)
+    });
+    let after: Vec<_> = env
+        .containers_of(&uid)
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(before, after);
+}
