@@ -69,7 +69,10 @@ pub struct MirrorManager {
 enum Action {
     Create,
     /// Delete the mirror with this UID; re-create afterwards if `recreate`.
-    Delete { uid: String, recreate: bool },
+    Delete {
+        uid: String,
+        recreate: bool,
+    },
 }
 
 fn plan(desired: Option<&Pod>, observed: Option<&Pod>) -> Option<Action> {

@@ -301,8 +301,14 @@ async fn static_pods_have_mirror_pods_that_come_back() {
             .then_some(p)
     });
     let hash = annotation(&mirror, "kubernetes.io/config.hash").unwrap();
-    assert_eq!(annotation(&mirror, "kubernetes.io/config.mirror"), Some(hash));
-    assert_eq!(annotation(&mirror, "kubernetes.io/config.source"), Some("file"));
+    assert_eq!(
+        annotation(&mirror, "kubernetes.io/config.mirror"),
+        Some(hash)
+    );
+    assert_eq!(
+        annotation(&mirror, "kubernetes.io/config.source"),
+        Some("file")
+    );
     let owner = &mirror["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], "Node");
     assert_eq!(owner["controller"], true);
@@ -326,21 +332,26 @@ async fn static_pods_have_mirror_pods_that_come_back() {
             && p["status"]["phase"] == "Running")
             .then_some(p)
     });
-    assert_eq!(annotation(&again, "kubernetes.io/config.mirror"), Some(hash));
+    assert_eq!(
+        annotation(&again, "kubernetes.io/config.mirror"),
+        Some(hash)
+    );
     let now: Vec<_> = env
         .containers_of(&static_uid)
         .await
         .into_iter()
         .map(|c| c.id)
         .collect();
-    assert_eq!(containers, now, "deleting the mirror must not touch the static pod");
+    assert_eq!(
+        containers, now,
+        "deleting the mirror must not touch the static pod"
+    );
 
     // Changing the manifest replaces the mirror with one of the new hash.
     env.write_manifest("web.yaml", &static_web("two"));
     let replaced = wait_json("mirror pod replaced", Duration::from_secs(40), || {
         let p = cp.get_json(&["pod", &name])?;
-        (p["metadata"]["labels"]["tag"] == "two" && p["status"]["phase"] == "Running")
-            .then_some(p)
+        (p["metadata"]["labels"]["tag"] == "two" && p["status"]["phase"] == "Running").then_some(p)
     });
     assert_ne!(
         annotation(&replaced, "kubernetes.io/config.mirror"),
@@ -364,8 +375,8 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
         Some(&pod_manifest("steady", &env.node, SLEEPER, 2)),
     );
     // Finishes while the apiserver is away: its final status is a pending update.
-    let finisher =
-        pod_manifest("finisher", &env.node, "sleep 25", 2).replace("spec:\n", "spec:\n  restartPolicy: Never\n");
+    let finisher = pod_manifest("finisher", &env.node, "sleep 25", 2)
+        .replace("spec:\n", "spec:\n  restartPolicy: Never\n");
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&finisher));
     let steady = wait_json("pods Running", Duration::from_secs(30), || {
         let f = cp.get_json(&["pod", "finisher"])?;
@@ -395,13 +406,20 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
         .into_iter()
         .map(|c| c.id)
         .collect();
-    assert_eq!(before, during, "pods must keep running while the apiserver is away");
+    assert_eq!(
+        before, during,
+        "pods must keep running while the apiserver is away"
+    );
     cp.start_apiserver();
 
-    wait_json("lease renewed after the outage", Duration::from_secs(30), || {
-        let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
-        (l["spec"]["renewTime"].as_str()? > lease_before.as_str()).then_some(l)
-    });
+    wait_json(
+        "lease renewed after the outage",
+        Duration::from_secs(30),
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"].as_str()? > lease_before.as_str()).then_some(l)
+        },
+    );
     let f = wait_json("pending status lands", Duration::from_secs(30), || {
         let f = cp.get_json(&["pod", "finisher"])?;
         (f["status"]["phase"] == "Succeeded").then_some(f)
