@@ -5,6 +5,7 @@ pub mod admission;
 pub mod backoff;
 pub mod config;
 pub mod dns;
+pub mod events;
 pub mod health;
 pub mod images;
 pub mod kubelet;
