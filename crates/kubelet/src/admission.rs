@@ -1,13 +1,58 @@
-//! Pod admission (upstream `lifecycle` admit handlers and `predicates.go`): a pod the node cannot
-//! take is rejected once, with upstream's reason and message, and never started. Today the node
-//! checks its pod count against `maxPods`; resources, taints and host ports join with the cluster.
+//! Pod admission (upstream `lifecycle.predicateAdmitHandler` in `pkg/kubelet/lifecycle/predicate.go`):
+//! a pod the node cannot take is rejected once, with upstream's reason and message, and never
+//! started.
+//!
+//! [`admit`] runs upstream's checks in upstream's order and reports the first failure:
+//!
+//! 1. the pod's `kubernetes.io/os` label and `spec.os` against the node's OS
+//!    (`rejectPodAdmissionBasedOnOSSelector` / `rejectPodAdmissionBasedOnOSField`);
+//! 2. `generalFilter` → `scheduler.AdmissionCheck`: resources (`noderesources.Fits`: pod count,
+//!    cpu, memory, ephemeral-storage, then scalar resources), required node affinity and
+//!    nodeSelector (`nodeaffinity`), `spec.nodeName` (`nodename`), host ports (`nodeports`);
+//! 3. untolerated `NoExecute` taints (`tainttoleration`), skipped for static pods.
+//!
+//! Resource failures read `OutOf<resource>` / `Node didn't have enough resource: ...`; the other
+//! predicates read `<Plugin>` / `Predicate <Plugin> failed: <plugin's reason>`, exactly as the
+//! kubelet turns `InsufficientResourceError` and `PredicateFailureError` into a rejection.
 
-use k8s_openapi::api::core::v1::PodStatus;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PodStatus, Taint,
+    Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::resources::parse_milli;
+
+/// Reason when the pod's `kubernetes.io/os` label names another OS (upstream
+/// `PodOSSelectorNodeLabelDoesNotMatch`).
+pub const POD_OS_SELECTOR_MISMATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
+/// Reason when `spec.os.name` names another OS (upstream `PodOSNotSupported`).
+pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
+/// Predicate names, used as rejection reasons (upstream plugin `Name`s).
+pub const NODE_AFFINITY: &str = "NodeAffinity";
+pub const NODE_NAME: &str = "NodeName";
+pub const NODE_PORTS: &str = "NodePorts";
+pub const TAINT_TOLERATION: &str = "TaintToleration";
+/// Prefix of resource rejections: `OutOfcpu`, `OutOfpods`, `OutOfexample.com/gpu`.
+pub const INSUFFICIENT_RESOURCE_PREFIX: &str = "OutOf";
+
+// The plugins' failure descriptions (`ErrReasonPod`, `ErrReason`, `ErrReasonNotMatch`).
+const NODE_AFFINITY_ERR: &str = "node(s) didn't match Pod's node affinity/selector";
+const NODE_NAME_ERR: &str = "node(s) didn't match the requested node name";
+const NODE_PORTS_ERR: &str = "node(s) didn't have free ports for the requested pod ports";
+const TAINT_TOLERATION_ERR: &str = "node(s) had taints that the pod didn't tolerate";
+
+const OS_LABEL: &str = "kubernetes.io/os";
+/// Upstream `DefaultBindAllHostIP`: the host IP an empty `hostIP` means.
+const BIND_ALL_HOST_IP: &str = "0.0.0.0";
 
 /// Why a pod was not admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
-    pub reason: &'static str,
+    /// Owned because resource rejections carry the resource name (`OutOfexample.com/gpu`).
+    pub reason: String,
     pub message: String,
 }
 
@@ -16,7 +61,7 @@ impl Rejection {
     pub fn status(&self, start_time: crate::status::compute::Timestamp) -> PodStatus {
         PodStatus {
             phase: Some("Failed".into()),
-            reason: Some(self.reason.into()),
+            reason: Some(self.reason.clone()),
             message: Some(format!("Pod was rejected: {}", self.message)),
             start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 start_time,
@@ -24,24 +69,985 @@ impl Rejection {
             ..Default::default()
         }
     }
+
+    /// Upstream `InsufficientResourceError`: reason `OutOf<resource>` (`OutOfCPU` etc. are the
+    /// same strings), message from its `Error()`.
+    fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Self {
+        Rejection {
+            reason: format!("{INSUFFICIENT_RESOURCE_PREFIX}{resource}"),
+            message: format!(
+                "Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+            ),
+        }
+    }
+
+    /// Upstream `PredicateFailureError`: reason is the predicate (plugin) name.
+    fn predicate(name: &str, desc: &str) -> Self {
+        Rejection {
+            reason: name.into(),
+            message: format!("Predicate {name} failed: {desc}"),
+        }
+    }
 }
 
-/// `active` pods already admitted; one more must fit under `max_pods`.
+/// What admission knows of this node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeView {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// Allocatable resources as quantities keyed by resource name ("cpu", "memory", "pods", "ephemeral-storage", ...).
+    /// A missing (or unparsable) entry counts as zero, as upstream's `NodeInfo.Allocatable`
+    /// does: without "pods" no pod fits.
+    pub allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+}
+
+/// `active` pods already admitted; one more must fit under `max_pods`. The pod-count half of the
+/// resource check, for callers that have no [`NodeView`]; [`admit`] does the same with
+/// `allocatable["pods"]`.
 pub fn admit_pod_count(active: usize, max_pods: u32) -> Result<(), Rejection> {
     if active < max_pods as usize {
         return Ok(());
     }
-    Err(Rejection {
-        reason: "OutOfpods",
-        message: format!(
-            "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {max_pods}"
-        ),
+    Err(Rejection::insufficient(
+        "pods",
+        1,
+        saturate(active as i128),
+        i64::from(max_pods),
+    ))
+}
+
+/// Admits `pod` given the pods already admitted and active on the node (`running`), in upstream's order;
+/// the first failing predicate gives the rejection.
+pub fn admit(pod: &Pod, node: &NodeView, running: &[&Pod]) -> Result<(), Rejection> {
+    check_os(pod)?;
+    check_resources(pod, node, running)?;
+    if !node_affinity_matches(pod, node) {
+        return Err(Rejection::predicate(NODE_AFFINITY, NODE_AFFINITY_ERR));
+    }
+    if !node_name_matches(pod, node) {
+        return Err(Rejection::predicate(NODE_NAME, NODE_NAME_ERR));
+    }
+    if !host_ports_fit(pod, running) {
+        return Err(Rejection::predicate(NODE_PORTS, NODE_PORTS_ERR));
+    }
+    // Upstream skips taints for static pods: the node runs them whatever its taints say.
+    if !crate::podutil::is_static(pod) {
+        let tolerations = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or(&[]);
+        if untolerated_no_execute_taint(&node.taints, tolerations).is_some() {
+            return Err(Rejection::predicate(TAINT_TOLERATION, TAINT_TOLERATION_ERR));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// OS
+// ---------------------------------------------------------------------------------------------
+
+/// The node's OS is the kubelet's own (`runtime.GOOS`): upstream overrides a missing or
+/// different node label with it before comparing, so only the pod side matters here.
+fn check_os(pod: &Pod) -> Result<(), Rejection> {
+    let node_os = std::env::consts::OS;
+    let pod_label = pod.metadata.labels.as_ref().and_then(|l| l.get(OS_LABEL));
+    if pod_label.is_some_and(|os| os != node_os) {
+        return Err(Rejection {
+            reason: POD_OS_SELECTOR_MISMATCH.into(),
+            message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+                .into(),
+        });
+    }
+    let pod_os = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.os.as_ref())
+        .map(|o| o.name.as_str());
+    if pod_os.is_some_and(|os| os != node_os) {
+        return Err(Rejection {
+            reason: POD_OS_NOT_SUPPORTED.into(),
+            message: "Failed to admit pod as the OS field doesn't match node OS".into(),
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resources
+// ---------------------------------------------------------------------------------------------
+
+/// Resource amounts in thousandths of their unit, as `parse_milli` returns them; summed before
+/// rounding, as upstream sums `Quantity`s before taking `Value()`.
+type MilliList = BTreeMap<String, i128>;
+
+/// The pod's effective requests in upstream's `framework.Resource` units: `cpu` in millicores,
+/// every other resource in whole units rounded up (bytes for memory, storage and hugepages).
+///
+/// Upstream `resource.PodRequests`: the sum of regular and sidecar (restartPolicy Always init)
+/// containers, raised to the largest init container (each counted with the sidecars started
+/// before it), then pod-level requests for cpu/memory/hugepages when set, plus `spec.overhead`.
+/// A container's limit stands in for a request it leaves out, as API defaulting (which static
+/// pods skip here) would have set it. Unparsable quantities count as absent.
+pub fn pod_requests(pod: &Pod) -> BTreeMap<String, i64> {
+    to_units(&pod_requests_milli(pod, &|_| true))
+}
+
+fn pod_requests_milli(pod: &Pod, keep: &dyn Fn(&str) -> bool) -> MilliList {
+    let Some(spec) = pod.spec.as_ref() else {
+        return MilliList::new();
+    };
+    let mut reqs = aggregate_container_requests(spec, keep);
+    for (name, value) in pod_level_requests(spec, &reqs) {
+        reqs.insert(name, value);
+    }
+    add_into(&mut reqs, &milli_list(spec.overhead.as_ref()));
+    reqs
+}
+
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Upstream `AggregateContainerRequests` (sidecar KEP-753 formula); `keep` filters resource
+/// names out of the containers' requests (upstream `removeMissingExtendedResources`).
+fn aggregate_container_requests(spec: &PodSpec, keep: &dyn Fn(&str) -> bool) -> MilliList {
+    let requests = |c: &Container| {
+        let mut r = container_requests(c);
+        r.retain(|name, _| keep(name));
+        r
+    };
+    let mut result = MilliList::new();
+    for c in &spec.containers {
+        add_into(&mut result, &requests(c));
+    }
+    let mut sidecars = MilliList::new();
+    let mut init = MilliList::new();
+    for c in spec.init_containers.iter().flatten() {
+        let r = requests(c);
+        if is_sidecar(c) {
+            // Runs for the pod's whole life: counts like a regular container, and every later
+            // init container runs next to it.
+            add_into(&mut result, &r);
+            add_into(&mut sidecars, &r);
+            max_into(&mut init, &sidecars);
+        } else {
+            let mut with_sidecars = r;
+            add_into(&mut with_sidecars, &sidecars);
+            max_into(&mut init, &with_sidecars);
+        }
+    }
+    max_into(&mut result, &init);
+    result
+}
+
+/// A container's requests, with its limits standing in for requests it does not name (upstream
+/// `SetDefaults_Pod`).
+fn container_requests(c: &Container) -> MilliList {
+    let res = c.resources.as_ref();
+    let requests = res.and_then(|r| r.requests.as_ref());
+    let limits = res.and_then(|r| r.limits.as_ref());
+    let mut out = milli_list(requests);
+    for (name, q) in limits.into_iter().flatten() {
+        if requests.is_some_and(|r| r.contains_key(name)) {
+            continue;
+        }
+        if let Some(v) = parse_milli(&q.0) {
+            out.insert(name.clone(), v);
+        }
+    }
+    out
+}
+
+/// Resources pod-level `spec.resources` may set (upstream `IsSupportedPodLevelResource`).
+fn is_pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// Pod-level requests that replace the containers' aggregate (PodLevelResources, on by default
+/// since 1.34): explicit ones, else (upstream `defaultPodRequests`, only when pod-level limits
+/// exist) the pod-level limit, except that cpu/memory the containers request keep the containers'
+/// aggregate.
+fn pod_level_requests(spec: &PodSpec, containers: &MilliList) -> MilliList {
+    let Some(res) = spec.resources.as_ref() else {
+        return MilliList::new();
+    };
+    let mut out = milli_list(res.requests.as_ref());
+    out.retain(|name, _| is_pod_level_resource(name));
+    let declared = |name: &str| res.requests.as_ref().is_some_and(|r| r.contains_key(name));
+    for (name, q) in res.limits.iter().flatten() {
+        if !is_pod_level_resource(name) || declared(name) {
+            continue;
+        }
+        let overcommittable = !name.starts_with("hugepages-");
+        if overcommittable && containers.contains_key(name) {
+            continue;
+        }
+        if let Some(v) = parse_milli(&q.0) {
+            out.insert(name.clone(), v);
+        }
+    }
+    out
+}
+
+fn milli_list(map: Option<&BTreeMap<String, Quantity>>) -> MilliList {
+    map.into_iter()
+        .flatten()
+        .filter_map(|(name, q)| parse_milli(&q.0).map(|v| (name.clone(), v)))
+        .collect()
+}
+
+/// Upstream `addResourceList`.
+fn add_into(acc: &mut MilliList, other: &MilliList) {
+    for (name, v) in other {
+        *acc.entry(name.clone()).or_insert(0) += v;
+    }
+}
+
+/// Upstream `maxResourceList`: a name missing from `acc` is taken even when zero.
+fn max_into(acc: &mut MilliList, other: &MilliList) {
+    for (name, v) in other {
+        let e = acc.entry(name.clone()).or_insert(*v);
+        if *v > *e {
+            *e = *v;
+        }
+    }
+}
+
+/// Thousandths to upstream units: `MilliValue()` for cpu, `Value()` (rounded up) otherwise.
+fn to_unit(name: &str, milli: i128) -> i64 {
+    if name == "cpu" {
+        saturate(milli)
+    } else {
+        saturate((milli + 999).div_euclid(1000))
+    }
+}
+
+fn to_units(list: &MilliList) -> BTreeMap<String, i64> {
+    list.iter()
+        .map(|(name, v)| (name.clone(), to_unit(name, *v)))
+        .collect()
+}
+
+fn saturate(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// Upstream `IsPrefixedNativeResource`.
+fn is_prefixed_native(name: &str) -> bool {
+    name.contains("kubernetes.io/")
+}
+
+/// Upstream `IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io/` (the
+/// qualified-name syntax check is left to API validation).
+fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !is_prefixed_native(name) && !name.starts_with("requests.")
+}
+
+/// Upstream `IsScalarResourceName`: the resources `noderesources.Fits` checks besides pods, cpu,
+/// memory and ephemeral-storage.
+fn is_scalar_resource(name: &str) -> bool {
+    is_extended_resource(name)
+        || name.starts_with("hugepages-")
+        || is_prefixed_native(name)
+        || name.starts_with("attachable-volumes-")
+}
+
+/// Upstream `noderesources.Fits` on the kubelet's `NodeInfo`: the pod count first, then cpu,
+/// memory, ephemeral-storage, then scalar resources (by name; upstream's map order is random).
+fn check_resources(pod: &Pod, node: &NodeView, running: &[&Pod]) -> Result<(), Rejection> {
+    let capacity = |name: &str| {
+        node.allocatable
+            .get(name)
+            .and_then(|q| parse_milli(&q.0))
+            .map_or(0, |m| to_unit(name, m))
+    };
+
+    let allowed_pods = capacity("pods");
+    let used_pods = saturate(running.len() as i128);
+    if i128::from(used_pods) + 1 > i128::from(allowed_pods) {
+        return Err(Rejection::insufficient("pods", 1, used_pods, allowed_pods));
+    }
+
+    let mut used: BTreeMap<String, i128> = BTreeMap::new();
+    for p in running {
+        for (name, v) in pod_requests(p) {
+            *used.entry(name).or_insert(0) += i128::from(v);
+        }
+    }
+    let used = |name: &str| saturate(used.get(name).copied().unwrap_or(0));
+
+    // Extended resources the node does not advertise are dropped from the request: they may be
+    // cluster-level or DRA-backed (upstream `removeMissingExtendedResources`).
+    let keep = |name: &str| !is_extended_resource(name) || node.allocatable.contains_key(name);
+    let requested = to_units(&pod_requests_milli(pod, &keep));
+
+    let fits = |name: &str, want: i64| {
+        i128::from(want) <= i128::from(capacity(name)) - i128::from(used(name))
+    };
+    for name in ["cpu", "memory", "ephemeral-storage"] {
+        let want = requested.get(name).copied().unwrap_or(0);
+        if want > 0 && !fits(name, want) {
+            return Err(Rejection::insufficient(
+                name,
+                want,
+                used(name),
+                capacity(name),
+            ));
+        }
+    }
+    for (name, &want) in requested.iter().filter(|(n, _)| is_scalar_resource(n)) {
+        if want != 0 && !fits(name, want) {
+            return Err(Rejection::insufficient(
+                name,
+                want,
+                used(name),
+                capacity(name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node name, node selector and required node affinity
+// ---------------------------------------------------------------------------------------------
+
+/// Upstream `nodename.Fits`.
+fn node_name_matches(pod: &Pod, node: &NodeView) -> bool {
+    match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        None | Some("") => true,
+        Some(name) => name == node.name,
+    }
+}
+
+/// Upstream `GetRequiredNodeAffinity(pod).Match(node)`: every `nodeSelector` pair, and then, if
+/// the pod has required node affinity, at least one of its terms.
+fn node_affinity_matches(pod: &Pod, node: &NodeView) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return true;
+    };
+    let selector_ok = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| node.labels.get(k) == Some(v));
+    if !selector_ok {
+        return false;
+    }
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    match required {
+        None => true,
+        // No terms match nothing.
+        Some(sel) => sel
+            .node_selector_terms
+            .iter()
+            .any(|t| term_matches(t, node)),
+    }
+}
+
+/// Upstream `nodeSelectorTerm.match`: an empty term matches nothing, a term with an invalid
+/// requirement never matches, otherwise all its expressions and fields must hold. Fields are only
+/// checked when the node has a name, as upstream builds `metadata.name` only then.
+fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+    let fields = term.match_fields.as_deref().unwrap_or(&[]);
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    let mut ok = true;
+    for r in exprs {
+        match label_requirement(r, &node.labels) {
+            Some(m) => ok &= m,
+            None => return false,
+        }
+    }
+    for r in fields {
+        match field_requirement(r, &node.name) {
+            Some(m) => ok &= m || node.name.is_empty(),
+            None => return false,
+        }
+    }
+    ok
+}
+
+/// One `matchExpressions` entry (upstream `labels.NewRequirement` + `Requirement.Matches`);
+/// None when the requirement is invalid.
+fn label_requirement(
+    r: &NodeSelectorRequirement,
+    labels: &BTreeMap<String, String>,
+) -> Option<bool> {
+    let values = r.values.as_deref().unwrap_or(&[]);
+    let label = labels.get(&r.key);
+    match r.operator.as_str() {
+        "In" | "NotIn" if values.is_empty() => None,
+        "In" => Some(label.is_some_and(|l| values.contains(l))),
+        "NotIn" => Some(!label.is_some_and(|l| values.contains(l))),
+        "Exists" | "DoesNotExist" if !values.is_empty() => None,
+        "Exists" => Some(label.is_some()),
+        "DoesNotExist" => Some(label.is_none()),
+        op @ ("Gt" | "Lt") => {
+            let [bound] = values else {
+                return None;
+            };
+            let bound: i64 = bound.parse().ok()?;
+            let Some(actual) = label.and_then(|l| l.parse::<i64>().ok()) else {
+                return Some(false);
+            };
+            Some(if op == "Gt" {
+                actual > bound
+            } else {
+                actual < bound
+            })
+        }
+        _ => None,
+    }
+}
+
+/// One `matchFields` entry (upstream `nodeSelectorRequirementsAsFieldSelector`): only In/NotIn
+/// with exactly one value; the node's only field is `metadata.name`, others read as "".
+fn field_requirement(r: &NodeSelectorRequirement, node_name: &str) -> Option<bool> {
+    let [value] = r.values.as_deref().unwrap_or(&[]) else {
+        return None;
+    };
+    let actual = if r.key == "metadata.name" {
+        node_name
+    } else {
+        ""
+    };
+    match r.operator.as_str() {
+        "In" => Some(actual == value),
+        "NotIn" => Some(actual != value),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host ports
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostPort {
+    ip: String,
+    protocol: String,
+    port: i32,
+}
+
+/// Upstream `schedutil.GetHostPorts`: host ports of regular and sidecar containers (ordinary init
+/// containers are gone before the pod runs), with `HostPortInfo.sanitize`'s defaults (empty IP
+/// is 0.0.0.0, empty protocol TCP). A hostNetwork pod's ports are host ports even without
+/// `hostPort` (API defaulting `defaultHostNetworkPorts`, which static pods skip here).
+fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let host_network = spec.host_network.unwrap_or(false);
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| is_sidecar(c));
+    sidecars
+        .chain(spec.containers.iter())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let mut port = p.host_port.unwrap_or(0);
+            if host_network && port == 0 {
+                port = p.container_port;
+            }
+            let or = |v: Option<&str>, default: &str| {
+                v.filter(|s| !s.is_empty()).unwrap_or(default).to_string()
+            };
+            (port > 0).then(|| HostPort {
+                ip: or(p.host_ip.as_deref(), BIND_ALL_HOST_IP),
+                protocol: or(p.protocol.as_deref(), "TCP"),
+                port,
+            })
+        })
+        .collect()
+}
+
+/// Upstream `HostPortInfo.CheckConflict`: same protocol and port, and either side binds 0.0.0.0
+/// or both bind the same IP.
+fn port_conflicts(used: &[HostPort], want: &HostPort) -> bool {
+    used.iter().any(|u| {
+        u.protocol == want.protocol
+            && u.port == want.port
+            && (want.ip == BIND_ALL_HOST_IP || u.ip == BIND_ALL_HOST_IP || u.ip == want.ip)
     })
+}
+
+/// Upstream `nodeports.Fits`.
+fn host_ports_fit(pod: &Pod, running: &[&Pod]) -> bool {
+    let want = host_ports(pod);
+    if want.is_empty() {
+        return true;
+    }
+    let used: Vec<HostPort> = running.iter().flat_map(|p| host_ports(p)).collect();
+    !want.iter().any(|w| port_conflicts(&used, w))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Taints
+// ---------------------------------------------------------------------------------------------
+
+/// Upstream `FindMatchingUntoleratedTaint` with the kubelet's filter: only `NoExecute` taints
+/// matter at admission (`NoSchedule` is the scheduler's business and is ignored for pods bound
+/// directly).
+fn untolerated_no_execute_taint<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoExecute")
+        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+}
+
+/// Upstream `Toleration.ToleratesTaint`. Empty effect or key match any; the `Gt`/`Lt` operators
+/// sit behind the alpha TaintTolerationComparisonOperators gate (off) and so never tolerate.
+fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    let set = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+    if set(&t.effect).is_some_and(|e| e != taint.effect) {
+        return false;
+    }
+    if set(&t.key).is_some_and(|k| k != taint.key) {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Exists" => true,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{
+        Affinity, ContainerPort, NodeAffinity, NodeSelector, PodOS, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    type Res<'a> = &'a [(&'a str, &'a str)];
+
+    fn ql(pairs: Res) -> Option<BTreeMap<String, Quantity>> {
+        (!pairs.is_empty()).then(|| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect()
+        })
+    }
+
+    fn ctr(name: &str, req: Res, lim: Res) -> Container {
+        Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements {
+                requests: ql(req),
+                limits: ql(lim),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn sidecar(name: &str, req: Res) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..ctr(name, req, &[])
+        }
+    }
+
+    fn pod(containers: Vec<Container>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn with(mut p: Pod, f: impl FnOnce(&mut PodSpec)) -> Pod {
+        f(p.spec.as_mut().unwrap());
+        p
+    }
+
+    fn empty_pod() -> Pod {
+        pod(vec![ctr("c", &[], &[])])
+    }
+
+    fn node(alloc: Res) -> NodeView {
+        NodeView {
+            name: "n1".into(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+            allocatable: ql(alloc).unwrap_or_default(),
+        }
+    }
+
+    fn big_node() -> NodeView {
+        node(&[
+            ("cpu", "4"),
+            ("memory", "8Gi"),
+            ("pods", "110"),
+            ("ephemeral-storage", "100Gi"),
+        ])
+    }
+
+    fn units(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    const GI: i64 = 1 << 30;
+    const MI: i64 = 1 << 20;
+
+    // --- request computation -------------------------------------------------------------------
+
+    #[test]
+    fn request_computation_table() {
+        let cases: Vec<(&str, Pod, BTreeMap<String, i64>)> = vec![
+            ("no spec", Pod::default(), units(&[])),
+            ("no resources", empty_pod(), units(&[])),
+            (
+                "one container",
+                pod(vec![ctr("a", &[("cpu", "250m"), ("memory", "64Mi")], &[])]),
+                units(&[("cpu", 250), ("memory", 64 * MI)]),
+            ),
+            (
+                "limits stand in for missing requests",
+                pod(vec![ctr(
+                    "a",
+                    &[("cpu", "100m")],
+                    &[("cpu", "1"), ("memory", "1Gi")],
+                )]),
+                units(&[("cpu", 100), ("memory", GI)]),
+            ),
+            (
+                "containers are summed",
+                pod(vec![
+                    ctr("a", &[("cpu", "1"), ("memory", "1Gi")], &[]),
+                    ctr("b", &[("cpu", "500m")], &[]),
+                ]),
+                units(&[("cpu", 1500), ("memory", GI)]),
+            ),
+            (
+                "largest init container wins per resource",
+                with(
+                    pod(vec![ctr("a", &[("cpu", "1"), ("memory", "1Gi")], &[])]),
+                    |s| {
+                        s.init_containers = Some(vec![
+                            ctr("i1", &[("cpu", "2"), ("memory", "512Mi")], &[]),
+                            ctr("i2", &[("cpu", "500m"), ("memory", "3Gi")], &[]),
+                        ])
+                    },
+                ),
+                units(&[("cpu", 2000), ("memory", 3 * GI)]),
+            ),
+            (
+                "init container resources absent from containers are kept",
+                with(pod(vec![ctr("a", &[("cpu", "1")], &[])]), |s| {
+                    s.init_containers = Some(vec![ctr("i", &[("example.com/x", "2")], &[])])
+                }),
+                units(&[("cpu", 1000), ("example.com/x", 2)]),
+            ),
+            (
+                "init container limits default its requests",
+                with(pod(vec![ctr("a", &[("cpu", "1")], &[])]), |s| {
+                    s.init_containers = Some(vec![ctr("i", &[], &[("cpu", "3")])])
+                }),
+                units(&[("cpu", 3000)]),
+            ),
+            (
+                // KEP-753: sidecars add to the containers and run beside later init containers.
+                "sidecars count like containers and beside later init containers",
+                with(pod(vec![ctr("a", &[("cpu", "1")], &[])]), |s| {
+                    s.init_containers = Some(vec![
+                        ctr("i1", &[("cpu", "2")], &[]),
+                        sidecar("s1", &[("cpu", "500m")]),
+                        ctr("i2", &[("cpu", "2")], &[]),
+                        sidecar("s2", &[("cpu", "200m")]),
+                    ])
+                }),
+                // containers: 1 + 0.5 + 0.2 = 1.7; i2 with s1 = 2.5; i1 alone = 2.
+                units(&[("cpu", 2500)]),
+            ),
+            (
+                "sidecar sum above init",
+                with(pod(vec![ctr("a", &[("memory", "1Gi")], &[])]), |s| {
+                    s.init_containers = Some(vec![
+                        sidecar("s1", &[("memory", "1Gi")]),
+                        ctr("i", &[("memory", "1Gi")], &[]),
+                    ])
+                }),
+                units(&[("memory", 2 * GI)]),
+            ),
+            (
+                "overhead is added",
+                with(pod(vec![ctr("a", &[("cpu", "1")], &[])]), |s| {
+                    s.overhead = ql(&[("cpu", "250m"), ("memory", "120Mi")])
+                }),
+                units(&[("cpu", 1250), ("memory", 120 * MI)]),
+            ),
+            (
+                "pod-level requests replace the containers' aggregate",
+                with(
+                    pod(vec![ctr("a", &[("cpu", "1"), ("memory", "1Gi")], &[])]),
+                    |s| {
+                        s.resources = Some(ResourceRequirements {
+                            requests: ql(&[("cpu", "2")]),
+                            ..Default::default()
+                        })
+                    },
+                ),
+                units(&[("cpu", 2000), ("memory", GI)]),
+            ),
+            (
+                "pod-level limit defaults a request the containers do not make",
+                with(pod(vec![ctr("a", &[("memory", "1Gi")], &[])]), |s| {
+                    s.resources = Some(ResourceRequirements {
+                        limits: ql(&[("cpu", "3"), ("memory", "4Gi")]),
+                        ..Default::default()
+                    })
+                }),
+                units(&[("cpu", 3000), ("memory", GI)]),
+            ),
+            (
+                "pod-level unsupported resources are ignored",
+                with(pod(vec![ctr("a", &[], &[])]), |s| {
+                    s.resources = Some(ResourceRequirements {
+                        requests: ql(&[("ephemeral-storage", "1Gi")]),
+                        ..Default::default()
+                    })
+                }),
+                units(&[]),
+            ),
+            (
+                "unparsable quantities are ignored",
+                pod(vec![ctr("a", &[("cpu", "lots"), ("memory", "1Gi")], &[])]),
+                units(&[("memory", GI)]),
+            ),
+            (
+                "non-cpu resources round up to whole units",
+                pod(vec![
+                    ctr("a", &[("memory", "1500m")], &[]),
+                    ctr("b", &[("cpu", "0.0005")], &[]),
+                ]),
+                units(&[("cpu", 1), ("memory", 2)]),
+            ),
+        ];
+        for (name, p, want) in cases {
+            assert_eq!(pod_requests(&p), want, "{name}");
+        }
+    }
+
+    // --- resources -----------------------------------------------------------------------------
+
+    fn reject(reason: &str, message: &str) -> Result<(), Rejection> {
+        Err(Rejection {
+            reason: reason.into(),
+            message: message.into(),
+        })
+    }
+
+    #[test]
+    fn resources_table() {
+        let cpu_pod = |cpu: &str| pod(vec![ctr("a", &[("cpu", cpu)], &[])]);
+        let running_1cpu = cpu_pod("1");
+        // (name, pod, node, running pods, expected)
+        type Case = (&'static str, Pod, NodeView, Vec<Pod>, Result<(), Rejection>);
+        let cases: Vec<Case> = vec![
+            ("fits", cpu_pod("1"), big_node(), vec![], Ok(())),
+            (
+                "exact fit",
+                cpu_pod("3"),
+                big_node(),
+                vec![running_1cpu.clone()],
+                Ok(()),
+            ),
+            (
+                "cpu",
+                cpu_pod("3500m"),
+                big_node(),
+                vec![running_1cpu.clone()],
+                reject(
+                    "OutOfcpu",
+                    "Node didn't have enough resource: cpu, requested: 3500, used: 1000, capacity: 4000",
+                ),
+            ),
+            (
+                "memory in bytes",
+                pod(vec![ctr("a", &[("memory", "5Gi")], &[])]),
+                big_node(),
+                vec![pod(vec![ctr("a", &[("memory", "4Gi")], &[])])],
+                reject(
+                    "OutOfmemory",
+                    "Node didn't have enough resource: memory, requested: 5368709120, used: 4294967296, capacity: 8589934592",
+                ),
+            ),
+            (
+                "memory from limits only (static pod without defaulting)",
+                pod(vec![ctr("a", &[], &[("memory", "9Gi")])]),
+                big_node(),
+                vec![],
+                reject(
+                    "OutOfmemory",
+                    "Node didn't have enough resource: memory, requested: 9663676416, used: 0, capacity: 8589934592",
+                ),
+            ),
+            (
+                "ephemeral storage",
+                pod(vec![ctr("a", &[("ephemeral-storage", "101Gi")], &[])]),
+                big_node(),
+                vec![],
+                reject(
+                    "OutOfephemeral-storage",
+                    "Node didn't have enough resource: ephemeral-storage, requested: 108447924224, used: 0, capacity: 107374182400",
+                ),
+            ),
+            (
+                "pod count comes first",
+                cpu_pod("100"),
+                node(&[("cpu", "1"), ("pods", "1")]),
+                vec![empty_pod()],
+                reject(
+                    "OutOfpods",
+                    "Node didn't have enough resource: pods, requested: 1, used: 1, capacity: 1",
+                ),
+            ),
+            (
+                "no pods allocatable",
+                empty_pod(),
+                node(&[("cpu", "1")]),
+                vec![],
+                reject(
+                    "OutOfpods",
+                    "Node didn't have enough resource: pods, requested: 1, used: 0, capacity: 0",
+                ),
+            ),
+            (
+                "cpu missing from allocatable",
+                cpu_pod("100m"),
+                node(&[("pods", "10")]),
+                vec![],
+                reject(
+                    "OutOfcpu",
+                    "Node didn't have enough resource: cpu, requested: 100, used: 0, capacity: 0",
+                ),
+            ),
+            (
+                "cpu before memory",
+                pod(vec![ctr("a", &[("cpu", "5"), ("memory", "9Gi")], &[])]),
+                big_node(),
+                vec![],
+                reject(
+                    "OutOfcpu",
+                    "Node didn't have enough resource: cpu, requested: 5000, used: 0, capacity: 4000",
+                ),
+            ),
+            (
+                "best-effort pod only needs a pod slot",
+                empty_pod(),
+                node(&[("pods", "1")]),
+                vec![],
+                Ok(()),
+            ),
+            (
+                "extended resource short",
+                pod(vec![ctr("a", &[("example.com/gpu", "2")], &[])]),
+                {
+                    let mut n = big_node();
+                    n.allocatable
+                        .insert("example.com/gpu".into(), Quantity("2".into()));
+                    n
+                },
+                vec![pod(vec![ctr("a", &[("example.com/gpu", "1")], &[])])],
+                reject(
+                    "OutOfexample.com/gpu",
+                    "Node didn't have enough resource: example.com/gpu, requested: 2, used: 1, capacity: 2",
+                ),
+            ),
+            (
+                "extended resource the node does not advertise is ignored",
+                pod(vec![ctr("a", &[("example.com/gpu", "2")], &[])]),
+                big_node(),
+                vec![],
+                Ok(()),
+            ),
+            (
+                "zero extended request skipped",
+                pod(vec![ctr("a", &[("example.com/gpu", "0")], &[])]),
+                {
+                    let mut n = big_node();
+                    n.allocatable
+                        .insert("example.com/gpu".into(), Quantity("0".into()));
+                    n
+                },
+                vec![],
+                Ok(()),
+            ),
+            (
+                "hugepages missing from the node count as zero",
+                pod(vec![ctr("a", &[("hugepages-2Mi", "4Mi")], &[])]),
+                big_node(),
+                vec![],
+                reject(
+                    "OutOfhugepages-2Mi",
+                    "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0",
+                ),
+            ),
+            (
+                "unknown unprefixed resources are not checked",
+                pod(vec![ctr("a", &[("storage", "1Ti")], &[])]),
+                big_node(),
+                vec![],
+                Ok(()),
+            ),
+            (
+                "running pods count their init containers and overhead",
+                cpu_pod("1"),
+                big_node(),
+                vec![with(cpu_pod("1"), |s| {
+                    s.init_containers = Some(vec![ctr("i", &[("cpu", "2")], &[])]);
+                    s.overhead = ql(&[("cpu", "500m")]);
+                })],
+                // 1 + 2.5 of 4 fits; the assertion after the table shows the 2.5.
+                Ok(()),
+            ),
+        ];
+        for (name, p, n, running, want) in cases {
+            let refs: Vec<&Pod> = running.iter().collect();
+            assert_eq!(admit(&p, &n, &refs), want, "{name}");
+        }
+        // The running pod above uses 2.5 cpu; 2 more do not fit.
+        let running = with(cpu_pod("1"), |s| {
+            s.init_containers = Some(vec![ctr("i", &[("cpu", "2")], &[])]);
+            s.overhead = ql(&[("cpu", "500m")]);
+        });
+        assert_eq!(
+            admit(&cpu_pod("2"), &big_node(), &[&running]),
+            reject(
+                "OutOfcpu",
+                "Node didn't have enough resource: cpu, requested: 2000, used: 2500, capacity: 4000",
+            )
+        );
+    }
 
     #[test]
     fn pod_count() {
@@ -52,6 +1058,587 @@ mod tests {
         assert_eq!(
             r.message,
             "Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110"
+        );
+    }
+
+    // --- node name -----------------------------------------------------------------------------
+
+    #[test]
+    fn node_name_table() {
+        let cases = [
+            (None, true),
+            (Some(""), true),
+            (Some("n1"), true),
+            (Some("n2"), false),
+        ];
+        for (name, ok) in cases {
+            let p = with(empty_pod(), |s| s.node_name = name.map(Into::into));
+            let want = if ok {
+                Ok(())
+            } else {
+                reject(
+                    "NodeName",
+                    "Predicate NodeName failed: node(s) didn't match the requested node name",
+                )
+            };
+            assert_eq!(admit(&p, &big_node(), &[]), want, "{name:?}");
+        }
+    }
+
+    // --- node affinity -------------------------------------------------------------------------
+
+    fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    fn term(exprs: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
+        NodeSelectorTerm {
+            match_expressions: (!exprs.is_empty()).then_some(exprs),
+            match_fields: None,
+        }
+    }
+
+    fn fields(fs: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
+        NodeSelectorTerm {
+            match_expressions: None,
+            match_fields: Some(fs),
+        }
+    }
+
+    fn affinity_pod(terms: Vec<NodeSelectorTerm>) -> Pod {
+        with(empty_pod(), |s| {
+            s.affinity = Some(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                        node_selector_terms: terms,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        })
+    }
+
+    fn labeled_node() -> NodeView {
+        let mut n = big_node();
+        n.labels = [("zone", "a"), ("disk", "ssd"), ("gen", "5")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        n
+    }
+
+    #[test]
+    fn node_affinity_table() {
+        let selector = |pairs: &[(&str, &str)]| {
+            with(empty_pod(), |s| {
+                s.node_selector = Some(
+                    pairs
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                )
+            })
+        };
+        let expr = |r: NodeSelectorRequirement| affinity_pod(vec![term(vec![r])]);
+        let cases: Vec<(&str, Pod, bool)> = vec![
+            ("nothing required", empty_pod(), true),
+            (
+                "selector matches",
+                selector(&[("zone", "a"), ("disk", "ssd")]),
+                true,
+            ),
+            ("selector value differs", selector(&[("zone", "b")]), false),
+            ("selector label missing", selector(&[("rack", "1")]), false),
+            ("In", expr(req("zone", "In", &["b", "a"])), true),
+            ("In no match", expr(req("zone", "In", &["b"])), false),
+            ("In missing label", expr(req("rack", "In", &["1"])), false),
+            (
+                "In without values is invalid",
+                expr(req("zone", "In", &[])),
+                false,
+            ),
+            ("NotIn", expr(req("zone", "NotIn", &["b"])), true),
+            ("NotIn excluded", expr(req("zone", "NotIn", &["a"])), false),
+            (
+                "NotIn missing label",
+                expr(req("rack", "NotIn", &["1"])),
+                true,
+            ),
+            ("Exists", expr(req("disk", "Exists", &[])), true),
+            ("Exists missing", expr(req("rack", "Exists", &[])), false),
+            (
+                "Exists with values is invalid",
+                expr(req("disk", "Exists", &["ssd"])),
+                false,
+            ),
+            ("DoesNotExist", expr(req("rack", "DoesNotExist", &[])), true),
+            (
+                "DoesNotExist present",
+                expr(req("disk", "DoesNotExist", &[])),
+                false,
+            ),
+            ("Gt", expr(req("gen", "Gt", &["4"])), true),
+            ("Gt equal", expr(req("gen", "Gt", &["5"])), false),
+            ("Lt", expr(req("gen", "Lt", &["6"])), true),
+            ("Lt not less", expr(req("gen", "Lt", &["5"])), false),
+            (
+                "Gt non-numeric label",
+                expr(req("zone", "Gt", &["1"])),
+                false,
+            ),
+            ("Gt missing label", expr(req("rack", "Gt", &["1"])), false),
+            (
+                "Gt non-numeric value is invalid",
+                expr(req("gen", "Gt", &["x"])),
+                false,
+            ),
+            (
+                "Gt two values is invalid",
+                expr(req("gen", "Gt", &["1", "2"])),
+                false,
+            ),
+            (
+                "unknown operator",
+                expr(req("zone", "Equals", &["a"])),
+                false,
+            ),
+            (
+                "expressions are ANDed",
+                affinity_pod(vec![term(vec![
+                    req("zone", "In", &["a"]),
+                    req("disk", "In", &["hdd"]),
+                ])]),
+                false,
+            ),
+            (
+                "invalid requirement spoils a term even after a false one",
+                affinity_pod(vec![term(vec![
+                    req("zone", "In", &["b"]),
+                    req("disk", "Bogus", &[]),
+                ])]),
+                false,
+            ),
+            (
+                "terms are ORed",
+                affinity_pod(vec![
+                    term(vec![req("zone", "In", &["b"])]),
+                    term(vec![req("disk", "In", &["ssd"])]),
+                ]),
+                true,
+            ),
+            (
+                "an invalid term does not stop a later match",
+                affinity_pod(vec![
+                    term(vec![req("zone", "In", &[])]),
+                    term(vec![req("zone", "In", &["a"])]),
+                ]),
+                true,
+            ),
+            ("no terms match nothing", affinity_pod(vec![]), false),
+            (
+                "empty term matches nothing",
+                affinity_pod(vec![term(vec![])]),
+                false,
+            ),
+            (
+                "matchFields metadata.name In",
+                affinity_pod(vec![fields(vec![req("metadata.name", "In", &["n1"])])]),
+                true,
+            ),
+            (
+                "matchFields metadata.name In other",
+                affinity_pod(vec![fields(vec![req("metadata.name", "In", &["n2"])])]),
+                false,
+            ),
+            (
+                "matchFields NotIn",
+                affinity_pod(vec![fields(vec![req("metadata.name", "NotIn", &["n2"])])]),
+                true,
+            ),
+            (
+                "matchFields two values is invalid",
+                affinity_pod(vec![fields(vec![req(
+                    "metadata.name",
+                    "In",
+                    &["n1", "n2"],
+                )])]),
+                false,
+            ),
+            (
+                "matchFields Exists is invalid",
+                affinity_pod(vec![fields(vec![req("metadata.name", "Exists", &[])])]),
+                false,
+            ),
+            (
+                "matchFields and matchExpressions both hold",
+                affinity_pod(vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![req("zone", "In", &["a"])]),
+                    match_fields: Some(vec![req("metadata.name", "In", &["n1"])]),
+                }]),
+                true,
+            ),
+            (
+                "selector and affinity both required",
+                with(
+                    affinity_pod(vec![term(vec![req("zone", "In", &["a"])])]),
+                    |s| s.node_selector = Some([("disk".to_string(), "hdd".to_string())].into()),
+                ),
+                false,
+            ),
+        ];
+        for (name, p, ok) in cases {
+            let want = if ok {
+                Ok(())
+            } else {
+                reject(
+                    "NodeAffinity",
+                    "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+                )
+            };
+            assert_eq!(admit(&p, &labeled_node(), &[]), want, "{name}");
+        }
+    }
+
+    // --- host ports ----------------------------------------------------------------------------
+
+    fn port(host_port: i32, protocol: &str, host_ip: &str) -> ContainerPort {
+        ContainerPort {
+            container_port: 80,
+            host_port: (host_port != 0).then_some(host_port),
+            protocol: (!protocol.is_empty()).then(|| protocol.into()),
+            host_ip: (!host_ip.is_empty()).then(|| host_ip.into()),
+            ..Default::default()
+        }
+    }
+
+    fn ports_pod(ports: Vec<ContainerPort>) -> Pod {
+        let mut c = ctr("c", &[], &[]);
+        c.ports = Some(ports);
+        pod(vec![c])
+    }
+
+    #[test]
+    fn host_ports_table() {
+        let p = |hp, proto, ip| ports_pod(vec![port(hp, proto, ip)]);
+        let cases: Vec<(&str, Pod, Vec<Pod>, bool)> = vec![
+            ("no running pods", p(8080, "TCP", ""), vec![], true),
+            (
+                "same port",
+                p(8080, "TCP", ""),
+                vec![p(8080, "TCP", "")],
+                false,
+            ),
+            (
+                "empty protocol is TCP",
+                p(8080, "", ""),
+                vec![p(8080, "TCP", "")],
+                false,
+            ),
+            (
+                "other protocol",
+                p(8080, "UDP", ""),
+                vec![p(8080, "TCP", "")],
+                true,
+            ),
+            (
+                "other port",
+                p(8081, "TCP", ""),
+                vec![p(8080, "TCP", "")],
+                true,
+            ),
+            (
+                "wildcard wants a port bound on one IP",
+                p(8080, "TCP", "0.0.0.0"),
+                vec![p(8080, "TCP", "10.0.0.1")],
+                false,
+            ),
+            (
+                "IP wants a port bound on the wildcard",
+                p(8080, "TCP", "10.0.0.1"),
+                vec![p(8080, "TCP", "")],
+                false,
+            ),
+            (
+                "same IP",
+                p(8080, "TCP", "10.0.0.1"),
+                vec![p(8080, "TCP", "10.0.0.1")],
+                false,
+            ),
+            (
+                "different IPs",
+                p(8080, "TCP", "10.0.0.2"),
+                vec![p(8080, "TCP", "10.0.0.1")],
+                true,
+            ),
+            ("no host port", p(0, "TCP", ""), vec![p(0, "TCP", "")], true),
+            (
+                "hostNetwork ports are host ports",
+                with(p(0, "TCP", ""), |s| s.host_network = Some(true)),
+                vec![with(p(0, "TCP", ""), |s| s.host_network = Some(true))],
+                false,
+            ),
+            (
+                "hostNetwork defaulting uses containerPort",
+                with(p(0, "TCP", ""), |s| s.host_network = Some(true)),
+                vec![p(80, "TCP", "")],
+                false,
+            ),
+            (
+                "sidecar ports count",
+                p(8080, "TCP", ""),
+                vec![with(empty_pod(), |s| {
+                    let mut c = sidecar("s", &[]);
+                    c.ports = Some(vec![port(8080, "TCP", "")]);
+                    s.init_containers = Some(vec![c]);
+                })],
+                false,
+            ),
+            (
+                "ordinary init container ports do not",
+                p(8080, "TCP", ""),
+                vec![with(empty_pod(), |s| {
+                    let mut c = ctr("i", &[], &[]);
+                    c.ports = Some(vec![port(8080, "TCP", "")]);
+                    s.init_containers = Some(vec![c]);
+                })],
+                true,
+            ),
+            (
+                "any of the pod's ports",
+                ports_pod(vec![port(1, "TCP", ""), port(2, "UDP", "")]),
+                vec![p(3, "TCP", ""), p(2, "UDP", "")],
+                false,
+            ),
+        ];
+        for (name, p, running, ok) in cases {
+            let refs: Vec<&Pod> = running.iter().collect();
+            let want = if ok {
+                Ok(())
+            } else {
+                reject(
+                    "NodePorts",
+                    "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports",
+                )
+            };
+            assert_eq!(admit(&p, &big_node(), &refs), want, "{name}");
+        }
+    }
+
+    // --- taints --------------------------------------------------------------------------------
+
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: (!value.is_empty()).then(|| value.into()),
+            effect: effect.into(),
+            time_added: None,
+        }
+    }
+
+    fn toleration(key: &str, op: &str, value: &str, effect: &str) -> Toleration {
+        let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        Toleration {
+            key: opt(key),
+            operator: opt(op),
+            value: opt(value),
+            effect: opt(effect),
+            toleration_seconds: None,
+        }
+    }
+
+    #[test]
+    fn taints_table() {
+        let tolerating = |ts: Vec<Toleration>| with(empty_pod(), |s| s.tolerations = Some(ts));
+        let static_pod = {
+            let mut p = empty_pod();
+            p.metadata.annotations = Some(
+                [(
+                    "kubernetes.io/config.source".to_string(),
+                    "file".to_string(),
+                )]
+                .into(),
+            );
+            p
+        };
+        let ne = taint("dedicated", "gpu", "NoExecute");
+        let cases: Vec<(&str, Vec<Taint>, Pod, bool)> = vec![
+            ("no taints", vec![], empty_pod(), true),
+            (
+                "NoSchedule is the scheduler's",
+                vec![taint("k", "v", "NoSchedule")],
+                empty_pod(),
+                true,
+            ),
+            (
+                "PreferNoSchedule ignored",
+                vec![taint("k", "v", "PreferNoSchedule")],
+                empty_pod(),
+                true,
+            ),
+            (
+                "untolerated NoExecute",
+                vec![ne.clone()],
+                empty_pod(),
+                false,
+            ),
+            (
+                "Equal toleration",
+                vec![ne.clone()],
+                tolerating(vec![toleration("dedicated", "Equal", "gpu", "NoExecute")]),
+                true,
+            ),
+            (
+                "empty operator means Equal",
+                vec![ne.clone()],
+                tolerating(vec![toleration("dedicated", "", "gpu", "")]),
+                true,
+            ),
+            (
+                "value differs",
+                vec![ne.clone()],
+                tolerating(vec![toleration("dedicated", "Equal", "cpu", "")]),
+                false,
+            ),
+            (
+                "Exists on the key",
+                vec![ne.clone()],
+                tolerating(vec![toleration("dedicated", "Exists", "", "")]),
+                true,
+            ),
+            (
+                "Exists with empty key tolerates everything",
+                vec![ne.clone(), taint("other", "", "NoExecute")],
+                tolerating(vec![toleration("", "Exists", "", "")]),
+                true,
+            ),
+            (
+                "effect differs",
+                vec![ne.clone()],
+                tolerating(vec![toleration("dedicated", "Exists", "", "NoSchedule")]),
+                false,
+            ),
+            (
+                "key differs",
+                vec![ne.clone()],
+                tolerating(vec![toleration("other", "Exists", "", "")]),
+                false,
+            ),
+            (
+                "every NoExecute taint needs a toleration",
+                vec![ne.clone(), taint("other", "", "NoExecute")],
+                tolerating(vec![toleration("dedicated", "Exists", "", "")]),
+                false,
+            ),
+            (
+                "Gt is gated off",
+                vec![taint("level", "5", "NoExecute")],
+                tolerating(vec![toleration("level", "Gt", "1", "")]),
+                false,
+            ),
+            (
+                "static pods skip taints",
+                vec![ne.clone()],
+                static_pod,
+                true,
+            ),
+        ];
+        for (name, taints, p, ok) in cases {
+            let mut n = big_node();
+            n.taints = taints;
+            let want = if ok {
+                Ok(())
+            } else {
+                reject(
+                    "TaintToleration",
+                    "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate",
+                )
+            };
+            assert_eq!(admit(&p, &n, &[]), want, "{name}");
+        }
+    }
+
+    // --- OS and ordering -----------------------------------------------------------------------
+
+    #[test]
+    fn os_table() {
+        let other_os = if std::env::consts::OS == "windows" {
+            "linux"
+        } else {
+            "windows"
+        };
+        let labeled = |os: &str| {
+            let mut p = empty_pod();
+            p.metadata.labels = Some([(OS_LABEL.to_string(), os.to_string())].into());
+            p
+        };
+        let field = |os: &str| {
+            with(empty_pod(), |s| {
+                s.os = Some(PodOS {
+                    name: os.to_string(),
+                })
+            })
+        };
+        let cases: Vec<(&str, Pod, Option<&str>)> = vec![
+            ("label matches", labeled(std::env::consts::OS), None),
+            (
+                "label differs",
+                labeled(other_os),
+                Some(POD_OS_SELECTOR_MISMATCH),
+            ),
+            ("field matches", field(std::env::consts::OS), None),
+            ("field differs", field(other_os), Some(POD_OS_NOT_SUPPORTED)),
+        ];
+        for (name, p, want) in cases {
+            let got = admit(&p, &big_node(), &[]).err().map(|r| r.reason);
+            assert_eq!(got.as_deref(), want, "{name}");
+        }
+        assert_eq!(
+            admit(&field(other_os), &big_node(), &[])
+                .unwrap_err()
+                .message,
+            "Failed to admit pod as the OS field doesn't match node OS"
+        );
+    }
+
+    #[test]
+    fn first_failure_wins_in_upstream_order() {
+        let mut n = labeled_node();
+        n.taints = vec![taint("k", "", "NoExecute")];
+        let running = ports_pod(vec![port(80, "TCP", "")]);
+        let all_bad = |s: &mut PodSpec| {
+            s.node_name = Some("elsewhere".into());
+            s.node_selector = Some([("zone".to_string(), "b".to_string())].into());
+            s.containers[0].ports = Some(vec![port(80, "TCP", "")]);
+        };
+        let p = with(pod(vec![ctr("a", &[("cpu", "64")], &[])]), all_bad);
+        let reason = |p: &Pod| admit(p, &n, &[&running]).unwrap_err().reason;
+        assert_eq!(reason(&p), "OutOfcpu");
+        let p = with(p, |s| s.containers[0].resources = None);
+        assert_eq!(reason(&p), NODE_AFFINITY);
+        let p = with(p, |s| s.node_selector = None);
+        assert_eq!(reason(&p), NODE_NAME);
+        let p = with(p, |s| s.node_name = Some("n1".into()));
+        assert_eq!(reason(&p), NODE_PORTS);
+        let p = with(p, |s| s.containers[0].ports = None);
+        assert_eq!(reason(&p), TAINT_TOLERATION);
+    }
+
+    #[test]
+    fn rejection_status() {
+        let r = Rejection::insufficient("example.com/gpu", 2, 1, 2);
+        assert_eq!(r.reason, "OutOfexample.com/gpu");
+        let ts = crate::status::compute::now();
+        let st = r.status(ts);
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("OutOfexample.com/gpu"));
+        assert_eq!(
+            st.message.as_deref(),
+            Some("Pod was rejected: Node didn't have enough resource: example.com/gpu, requested: 2, used: 1, capacity: 2")
         );
     }
 }

@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use tracing::info;
 
 use crate::backoff::Backoff;
+use crate::events::{self, EventType, Recorder};
 use crate::podutil;
 use crate::sync::{Reason, StartError};
 
@@ -29,13 +30,15 @@ pub struct ImageManager {
     cri: CriClient,
     /// `serializeImagePulls`: one pull at a time when set.
     pull_gate: Option<Arc<Semaphore>>,
+    recorder: Recorder,
 }
 
 impl ImageManager {
-    pub fn new(cri: CriClient, serialize: bool) -> Self {
+    pub fn new(cri: CriClient, serialize: bool, recorder: Recorder) -> Self {
         ImageManager {
             cri,
             pull_gate: serialize.then(|| Arc::new(Semaphore::new(1))),
+            recorder,
         }
     }
 
@@ -65,8 +68,13 @@ impl ImageManager {
         &self,
         pod: &Pod,
         c: &Container,
+        field_path: &str,
         backoff: &mut Backoff,
     ) -> Result<String, StartError> {
+        let event = |type_: EventType, reason: &str, message: String| {
+            self.recorder
+                .pod_event(pod, Some(field_path.to_string()), type_, reason, message)
+        };
         let raw = c.image.as_deref().unwrap_or("").trim();
         if raw.is_empty() || raw.contains(char::is_whitespace) {
             return Err(StartError::new(
@@ -84,27 +92,51 @@ impl ImageManager {
         };
         if !must_pull {
             return match present {
-                Some(id) => Ok(id),
-                None => Err(StartError::new(
-                    Reason::ErrImageNeverPull,
-                    format!("Container image {raw:?} is not present with pull policy of Never"),
-                )),
+                Some(id) => {
+                    event(
+                        EventType::Normal,
+                        events::PULLED_IMAGE,
+                        format!("Container image {raw:?} already present on machine"),
+                    );
+                    Ok(id)
+                }
+                None => {
+                    let msg =
+                        format!("Container image {raw:?} is not present with pull policy of Never");
+                    event(
+                        EventType::Warning,
+                        events::ERR_IMAGE_NEVER_PULL_POLICY,
+                        msg.clone(),
+                    );
+                    Err(StartError::new(Reason::ErrImageNeverPull, msg))
+                }
             };
         }
         let key = format!("{}_{}", podutil::uid(pod), image);
         let now = SystemTime::now();
         if let Some(left) = backoff.in_backoff_since_update(&key, now) {
+            event(
+                EventType::Normal,
+                events::BACK_OFF_PULL_IMAGE,
+                format!("Back-off pulling image {raw:?}"),
+            );
             return Err(StartError::new(
                 Reason::ImagePullBackOff,
                 format!("Back-off pulling image {raw:?}"),
             )
             .retry_after(left));
         }
+        let waiting = std::time::Instant::now();
         let _permit = match &self.pull_gate {
             Some(s) => Some(s.acquire().await),
             None => None,
         };
         info!(pod = %podutil::describe(pod), image = %image, "pulling image");
+        event(
+            EventType::Normal,
+            events::PULLING_IMAGE,
+            format!("Pulling image {raw:?}"),
+        );
         let started = std::time::Instant::now();
         match self
             .cri
@@ -121,15 +153,27 @@ impl ImageManager {
             Ok(r) => {
                 backoff.reset(&key);
                 info!(image = %image, elapsed = ?started.elapsed(), "pulled image");
+                event(
+                    EventType::Normal,
+                    events::PULLED_IMAGE,
+                    format!(
+                        "Successfully pulled image {raw:?} in {:?} ({:?} including waiting)",
+                        started.elapsed(),
+                        waiting.elapsed()
+                    ),
+                );
                 Ok(r.image_ref)
             }
             Err(e) => {
                 let now = SystemTime::now();
                 backoff.next(&key, now, now);
-                Err(StartError::new(
-                    Reason::ErrImagePull,
-                    format!("Failed to pull image {raw:?}: {}", e.message()),
-                ))
+                let msg = format!("Failed to pull image {raw:?}: {}", e.message());
+                event(
+                    EventType::Warning,
+                    events::FAILED_TO_PULL_IMAGE,
+                    msg.clone(),
+                );
+                Err(StartError::new(Reason::ErrImagePull, msg))
             }
         }
     }

@@ -20,11 +20,12 @@ use tracing::{debug, info, warn, Instrument};
 use crate::admission;
 use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
+use crate::events::{self, EventRecorder, EventType, Recorder};
 use crate::health::Health;
 use crate::images::ImageManager;
 use crate::mirror::{MirrorHandle, MirrorManager};
 use crate::node::machine::{self, MachineInfo};
-use crate::node::status::NodeSettings;
+use crate::node::status::{self as node_status, NodeSettings};
 use crate::node::NodeAgent;
 use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::{PodWorkers, WorkerEvent};
@@ -139,6 +140,22 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         );
         tx
     });
+    let (event_recorder, recorder) = EventRecorder::new(
+        client.clone(),
+        cfg.node_name.clone(),
+        cfg.event_record_qps as f32,
+        cfg.event_burst,
+    );
+    tasks.spawn(
+        event_recorder
+            .run(cancel.child_token())
+            .instrument(tracing::info_span!("events")),
+    );
+    recorder.node_event(
+        EventType::Normal,
+        events::STARTING_KUBELET,
+        "Starting kubelet.".into(),
+    );
     let (status_mgr, status) = StatusManager::new(api_queue);
     tasks.spawn(status_mgr.run(cancel.child_token()));
 
@@ -192,7 +209,8 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     };
     let ctx = Arc::new(SyncContext {
         runtime: runtime.clone(),
-        images: ImageManager::new(cri.clone(), cfg.serialize_image_pulls),
+        images: ImageManager::new(cri.clone(), cfg.serialize_image_pulls, recorder.clone()),
+        recorder: recorder.clone(),
         status: status.clone(),
         root_dir: cfg.root_dir.clone(),
         runtime_name,
@@ -223,6 +241,24 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
                 .instrument(tracing::info_span!("file_source")),
         );
     }
+    let settings = NodeSettings {
+        name: cfg.node_name.clone(),
+        ip: node_ip.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])),
+        hostname: cfg.node_name.clone(),
+        extra_labels: cfg.node_labels.clone(),
+        taints: cfg.register_with_taints.clone(),
+        max_pods: cfg.max_pods,
+        kubelet_port: 10250,
+    };
+    let machine_info = MachineInfo::read(&cfg.root_dir);
+    // Upstream admits against the Node object; ours is what this kubelet registers (labels and
+    // taints set later by an admin through the API are not seen yet).
+    let node_view = admission::NodeView {
+        name: cfg.node_name.clone(),
+        labels: node_status::node_labels(&settings, &machine_info),
+        taints: cfg.register_with_taints.clone(),
+        allocatable: node_status::resources(&settings, &machine_info).1,
+    };
     let mut mirrors = None;
     if let Some(client) = client.clone() {
         expected_sources.insert(source::api::API_SOURCE);
@@ -245,16 +281,9 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         if cfg.register_node {
             let agent = NodeAgent {
                 client,
-                settings: NodeSettings {
-                    name: cfg.node_name.clone(),
-                    ip: node_ip.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])),
-                    hostname: cfg.node_name.clone(),
-                    extra_labels: cfg.node_labels.clone(),
-                    taints: cfg.register_with_taints.clone(),
-                    max_pods: cfg.max_pods,
-                    kubelet_port: 10250,
-                },
-                machine: MachineInfo::read(&cfg.root_dir),
+                settings: settings.clone(),
+                machine: machine_info.clone(),
+                recorder: recorder.clone(),
                 runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
                 cri: cri.clone(),
                 health: health.clone(),
@@ -284,6 +313,8 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         runtime_pods,
         finished: HashMap::new(),
         mirrors,
+        recorder,
+        node_view,
     };
     sync_loop
         .run(cfg_rx, pleg_rx, worker_rx, cancel.clone())
@@ -320,6 +351,9 @@ struct SyncLoop {
     finished: HashMap<String, Instant>,
     /// Told which static pods run, so each has a mirror pod (cluster mode only).
     mirrors: Option<MirrorHandle>,
+    recorder: Recorder,
+    /// What admission checks pods against: labels, taints and allocatable of this node.
+    node_view: admission::NodeView,
 }
 
 impl SyncLoop {
@@ -360,7 +394,19 @@ impl SyncLoop {
     }
 
     async fn handle_update(&mut self, u: PodUpdate) {
-        for pod in u.pods {
+        let mut pods = u.pods;
+        if u.op == PodOp::Add {
+            // Upstream admits additions oldest first, so after a restart the pods that already
+            // run claim their resources before newer ones are considered.
+            pods.sort_by(|a, b| {
+                a.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            });
+        }
+        for pod in pods {
             let uid = podutil::uid(&pod).to_string();
             match u.op {
                 PodOp::Add | PodOp::Update => {
@@ -368,10 +414,19 @@ impl SyncLoop {
                     if u.op == PodOp::Add {
                         info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
                     }
-                    if !known {
-                        let active = self.pods.len() - self.rejected.len();
-                        if let Err(r) = admission::admit_pod_count(active, self.cfg.max_pods) {
-                            warn!(pod = %podutil::describe(&pod), reason = r.reason, message = %r.message, "pod rejected");
+                    if !known
+                        && pod.metadata.deletion_timestamp.is_none()
+                        && !is_terminal_in_api(&pod)
+                    {
+                        if let Err(r) = self.admit(&pod) {
+                            warn!(pod = %podutil::describe(&pod), reason = %r.reason, message = %r.message, "pod rejected");
+                            self.recorder.pod_event(
+                                &pod,
+                                None,
+                                EventType::Warning,
+                                &r.reason,
+                                r.message.clone(),
+                            );
                             self.pods.insert(uid.clone(), pod.clone());
                             self.rejected.insert(uid);
                             self.status.set(pod, r.status(compute::now())).await;
@@ -427,6 +482,23 @@ impl SyncLoop {
                 }
             }
         }
+    }
+
+    /// Upstream `canAdmitPod`: the predicates against the pods already admitted and still active.
+    /// A pod whose containers already run (adopted after a restart) holds its resources already
+    /// and is not re-checked.
+    fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
+        let uid = podutil::uid(pod);
+        if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
+            return Ok(());
+        }
+        let active: Vec<&Pod> = self
+            .pods
+            .iter()
+            .filter(|(u, _)| !self.rejected.contains(*u) && !self.finished.contains_key(*u))
+            .map(|(_, p)| &**p)
+            .collect();
+        admission::admit(pod, &self.node_view, &active)
     }
 
     /// The static pods that should have a mirror: wanted by their source, admitted, not deleted.

@@ -440,3 +440,149 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
         .collect();
     assert_eq!(before, after);
 }
+
+/// The events a field selector finds for one involved object, as `(type, reason, message)`.
+fn events_for(cp: &ControlPlane, kind: &str, name: &str) -> Vec<(String, String, String)> {
+    let sel = format!("involvedObject.kind={kind},involvedObject.name={name}");
+    let ev = cp
+        .get_json(&["events", "-A", "--field-selector", &sel])
+        .unwrap_or_default();
+    ev["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|e| {
+                    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                    (s("type"), s("reason"), s("message"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn has_reason(evs: &[(String, String, String)], reason: &str) -> bool {
+    evs.iter().any(|(_, r, _)| r == reason)
+}
+
+#[tokio::test]
+async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
+    let cp = ControlPlane::up("admit");
+    let mut env = Env::new(125);
+    start_node(&cp, &mut env);
+    wait_json("node Ready", Duration::from_secs(30), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "Ready")?["status"] == "True").then_some(n)
+    });
+
+    // Node events: the kubelet start and the conditions it set.
+    let node_events = wait_until(Duration::from_secs(20), "node events", || {
+        let evs = events_for(&cp, "Node", &env.node);
+        (has_reason(&evs, "Starting") && has_reason(&evs, "NodeReady")).then_some(evs)
+    });
+    assert!(
+        node_events
+            .iter()
+            .any(|(t, r, m)| t == "Normal" && r == "Starting" && m == "Starting kubelet."),
+        "{node_events:?}"
+    );
+    assert!(has_reason(&node_events, "NodeHasSufficientMemory"));
+
+    // A pod asking for more memory than the node has is rejected, as upstream does it: phase
+    // Failed, reason OutOfmemory, a Warning event, and no sandbox.
+    let hog = pod_manifest("hog", &env.node, SLEEPER, 1).replace(
+        "    command:",
+        "    resources:\n      requests:\n        memory: 1Pi\n    command:",
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&hog));
+    let hog = wait_json("hog rejected", Duration::from_secs(20), || {
+        let p = cp.get_json(&["pod", "hog"])?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(hog["status"]["reason"], "OutOfmemory", "{}", hog["status"]);
+    let msg = hog["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("Pod was rejected: Node didn't have enough resource: memory"),
+        "{msg}"
+    );
+    let hog_uid = hog["metadata"]["uid"].as_str().unwrap().to_string();
+    assert!(env.sandboxes_of(&hog_uid).await.is_empty());
+    let evs = wait_until(Duration::from_secs(20), "OutOfmemory event", || {
+        let evs = events_for(&cp, "Pod", "hog");
+        has_reason(&evs, "OutOfmemory").then_some(evs)
+    });
+    assert!(evs.iter().any(|(t, _, _)| t == "Warning"), "{evs:?}");
+
+    // A node selector this node does not satisfy.
+    let picky = pod_manifest("picky", &env.node, SLEEPER, 1).replace(
+        "spec:\n",
+        "spec:\n  nodeSelector:\n    rkubelet.test/role: gpu\n",
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&picky));
+    let picky = wait_json("picky rejected", Duration::from_secs(20), || {
+        let p = cp.get_json(&["pod", "picky"])?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(picky["status"]["reason"], "NodeAffinity");
+
+    // One that fits runs, and its life shows as events on the pod and its container.
+    let fits = pod_manifest("fits", &env.node, SLEEPER, 2).replace(
+        "    command:",
+        "    resources:\n      requests:\n        memory: 16Mi\n        cpu: 10m\n    command:",
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&fits));
+    wait_json("fits Running", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "fits"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let evs = wait_until(Duration::from_secs(20), "container events", || {
+        let evs = events_for(&cp, "Pod", "fits");
+        ["Pulled", "Created", "Started"]
+            .iter()
+            .all(|r| has_reason(&evs, r))
+            .then_some(evs)
+    });
+    assert!(
+        evs.iter().any(|(_, r, m)| r == "Pulled"
+            && m.contains("already present on machine")
+            && m.contains(IMAGE)),
+        "{evs:?}"
+    );
+    assert!(
+        evs.iter()
+            .any(|(_, r, m)| r == "Started" && m == "Started container main"),
+        "{evs:?}"
+    );
+    let ev = cp
+        .get_json(&[
+            "events",
+            "--field-selector",
+            "involvedObject.name=fits,reason=Started",
+        ])
+        .unwrap();
+    let ev = &ev["items"][0];
+    assert_eq!(ev["involvedObject"]["fieldPath"], "spec.containers{main}");
+    assert_eq!(ev["source"]["component"], "kubelet");
+    assert_eq!(ev["source"]["host"], env.node.as_str());
+
+    cp.kubectl(&["delete", "pod", "fits", "--wait=false"]);
+    let evs = wait_until(Duration::from_secs(20), "Killing event", || {
+        let evs = events_for(&cp, "Pod", "fits");
+        has_reason(&evs, "Killing").then_some(evs)
+    });
+    assert!(
+        evs.iter()
+            .any(|(_, r, m)| r == "Killing" && m == "Stopping container main"),
+        "{evs:?}"
+    );
+
+    // Rejected pods hold no resources: a second pod that fits is admitted too.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("after", &env.node, SLEEPER, 1)),
+    );
+    wait_json("after Running", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "after"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+}

@@ -32,6 +32,7 @@ pub struct NodeAgent {
     pub runtime_version: String,
     pub cri: CriClient,
     pub health: Arc<crate::health::Health>,
+    pub recorder: crate::events::Recorder,
 }
 
 impl NodeAgent {
@@ -58,6 +59,10 @@ impl NodeAgent {
             let res = match nodes.create(&PostParams::default(), &node).await {
                 Ok(n) => {
                     info!(node = %self.settings.name, "registered node");
+                    // Upstream's setters record the initial conditions while building the Node.
+                    if let Some(st) = &n.status {
+                        self.record_condition_events(None, st);
+                    }
                     Ok(n)
                 }
                 Err(kube::Error::Api(s)) if s.is_already_exists() => {
@@ -118,6 +123,17 @@ impl NodeAgent {
         status::Health { not_ready }
     }
 
+    /// All Normal, NodeNotReady included, as upstream's setters record them.
+    fn record_condition_events(&self, last: Option<&NodeStatus>, st: &NodeStatus) {
+        for reason in status::condition_events(last, st) {
+            self.recorder.node_event(
+                crate::events::EventType::Normal,
+                reason,
+                format!("Node {} status is now: {reason}", self.settings.name),
+            );
+        }
+    }
+
     async fn status_loop(&self, mut last: Option<NodeStatus>, cancel: CancellationToken) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut last_report: Option<Instant> = None;
@@ -151,6 +167,7 @@ impl NodeAgent {
                 .await
             {
                 Ok(_) => {
+                    self.record_condition_events(last.as_ref(), &st);
                     if last.as_ref().is_none_or(|l| status::changed(l, &st)) {
                         info!(node = %self.settings.name, ready = health.not_ready.is_empty(), "node status updated");
                     }

@@ -291,6 +291,48 @@ pub fn changed(a: &NodeStatus, b: &NodeStatus) -> bool {
     strip(a) != strip(b)
 }
 
+/// Upstream's node setters record an event whenever a condition changes status (including the
+/// first time it is set): `NodeReady`, `NodeHasSufficientMemory`, ... This says which.
+pub fn condition_events(prev: Option<&NodeStatus>, new: &NodeStatus) -> Vec<&'static str> {
+    use crate::events as ev;
+    let status_of = |st: Option<&NodeStatus>, kind: &str| -> Option<String> {
+        st?.conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status.clone())
+    };
+    let mut out = Vec::new();
+    for (kind, if_true, if_false) in [
+        (
+            "MemoryPressure",
+            ev::NODE_HAS_INSUFFICIENT_MEMORY,
+            ev::NODE_HAS_SUFFICIENT_MEMORY,
+        ),
+        (
+            "DiskPressure",
+            ev::NODE_HAS_DISK_PRESSURE,
+            ev::NODE_HAS_NO_DISK_PRESSURE,
+        ),
+        (
+            "PIDPressure",
+            ev::NODE_HAS_INSUFFICIENT_PID,
+            ev::NODE_HAS_SUFFICIENT_PID,
+        ),
+        ("Ready", ev::NODE_READY, ev::NODE_NOT_READY),
+    ] {
+        let now = status_of(Some(new), kind);
+        if now.is_some() && now != status_of(prev, kind) {
+            out.push(if now.as_deref() == Some("True") {
+                if_true
+            } else {
+                if_false
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,5 +441,33 @@ mod tests {
             )
         );
         assert_eq!(r.last_transition_time, Some(Time(t1)));
+    }
+
+    #[test]
+    fn condition_change_events() {
+        let st = |ready: &str| NodeStatus {
+            conditions: Some(vec![
+                k8s_openapi::api::core::v1::NodeCondition {
+                    type_: "MemoryPressure".into(),
+                    status: "False".into(),
+                    ..Default::default()
+                },
+                k8s_openapi::api::core::v1::NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            condition_events(None, &st("True")),
+            vec!["NodeHasSufficientMemory", "NodeReady"]
+        );
+        assert!(condition_events(Some(&st("True")), &st("True")).is_empty());
+        assert_eq!(
+            condition_events(Some(&st("True")), &st("False")),
+            vec!["NodeNotReady"]
+        );
     }
 }

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
+use crate::events::{self, EventType, Recorder};
 use crate::images::ImageManager;
 use crate::podutil;
 use crate::runtime::container;
@@ -88,6 +89,7 @@ pub struct SyncContext {
     pub runtime_name: String,
     /// The node's IP for pods' hostIP; empty in standalone mode without one.
     pub node_ip: String,
+    pub recorder: Recorder,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -204,6 +206,39 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
     }
 }
 
+/// Upstream `fieldPath` of a container in events: `spec.containers{name}`.
+pub fn field_path(c_name: &str, is_init: bool) -> String {
+    if is_init {
+        format!("spec.initContainers{{{c_name}}}")
+    } else {
+        format!("spec.containers{{{c_name}}}")
+    }
+}
+
+fn is_init_name(pod: &Pod, name: &str) -> bool {
+    podutil::init_containers(pod).iter().any(|c| c.name == name)
+}
+
+/// Upstream `killContainer` records Killing for every container it stops.
+fn record_killing<'a>(ctx: &SyncContext, pod: &Pod, names: impl Iterator<Item = &'a str>) {
+    for name in names {
+        ctx.recorder.pod_event(
+            pod,
+            Some(field_path(name, is_init_name(pod, name))),
+            EventType::Normal,
+            events::KILLING_CONTAINER,
+            format!("Stopping container {name}"),
+        );
+    }
+}
+
+fn running_names(rt: &PodRuntimeStatus) -> impl Iterator<Item = &str> {
+    rt.containers
+        .iter()
+        .filter(|c| c.state == ContainerState::Running)
+        .map(|c| c.name.as_str())
+}
+
 fn grace(pod: &Pod) -> Duration {
     Duration::from_secs(podutil::grace_period_seconds(pod).max(0) as u64)
 }
@@ -223,9 +258,19 @@ async fn execute(
     if actions.kill_pod {
         if actions.create_sandbox {
             info!(pod = %who, "sandbox changed or missing; (re)creating the pod sandbox");
+            if !rt.sandboxes.is_empty() {
+                ctx.recorder.pod_event(
+                    pod,
+                    None,
+                    EventType::Normal,
+                    events::SANDBOX_CHANGED,
+                    "Pod sandbox changed, it will be killed and re-created.".into(),
+                );
+            }
         } else {
             info!(pod = %who, "no containers should run; stopping the pod");
         }
+        record_killing(ctx, pod, running_names(rt));
         if let Err(e) = ctx.runtime.kill_pod(rt, grace(pod)).await {
             warn!(pod = %who, error = %e, "failed to kill pod");
             return Some(ERROR_RETRY);
@@ -236,6 +281,7 @@ async fn execute(
     }
     for k in &actions.containers_to_kill {
         info!(pod = %who, container = %k.name, "{}", k.message);
+        record_killing(ctx, pod, std::iter::once(k.name.as_str()));
         if let Err(e) = ctx.runtime.stop_container(&k.id, grace(pod)).await {
             warn!(pod = %who, container = %k.name, error = %e, "failed to stop container");
             want_retry(ERROR_RETRY);
@@ -250,6 +296,13 @@ async fn execute(
             }
             Err(e) => {
                 warn!(pod = %who, error = %e, "failed to create pod sandbox");
+                ctx.recorder.pod_event(
+                    pod,
+                    None,
+                    EventType::Warning,
+                    events::FAILED_CREATE_POD_SANDBOX,
+                    format!("Failed to create pod sandbox: {e}"),
+                );
                 return Some(ERROR_RETRY);
             }
         }
@@ -302,6 +355,7 @@ async fn execute(
                 if e.reason != Reason::CrashLoopBackOff && e.reason != Reason::ImagePullBackOff {
                     warn!(pod = %who, container = %c.name, reason = e.reason.as_str(), message = %e.message, "container failed to start");
                 }
+                record_start_error(ctx, pod, &c.name, is_init, &e);
                 want_retry(e.retry_after.unwrap_or(ERROR_RETRY));
                 state
                     .reasons
@@ -314,6 +368,37 @@ async fn execute(
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
     retry
+}
+
+/// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
+/// `Failed` with `Error: <reason>` for image errors and `Error: <message>` for the rest.
+fn record_start_error(ctx: &SyncContext, pod: &Pod, name: &str, is_init: bool, e: &StartError) {
+    let fp = Some(field_path(name, is_init));
+    let (reason, message) = match e.reason {
+        Reason::CrashLoopBackOff => (
+            events::BACK_OFF_START_CONTAINER,
+            format!(
+                "Back-off restarting failed container {name} in pod {}_{}({})",
+                podutil::name(pod),
+                podutil::namespace(pod),
+                podutil::uid(pod)
+            ),
+        ),
+        Reason::ErrImagePull
+        | Reason::ImagePullBackOff
+        | Reason::ErrImageNeverPull
+        | Reason::InvalidImageName
+        | Reason::ImageInspectError => (
+            events::FAILED_TO_CREATE_CONTAINER,
+            format!("Error: {}", e.reason.as_str()),
+        ),
+        _ => (
+            events::FAILED_TO_CREATE_CONTAINER,
+            format!("Error: {}", e.message),
+        ),
+    };
+    ctx.recorder
+        .pod_event(pod, fp, EventType::Warning, reason, message);
 }
 
 /// Backoff check, image, config, create and start for one container (upstream `startContainer`
@@ -359,16 +444,44 @@ async fn start_container(
         }
         state.crash_backoff.next(&key, finished, now);
     }
-    let image_ref = ctx.images.ensure(pod, c, &mut state.image_backoff).await?;
+    let fp = field_path(&c.name, is_init);
+    let image_ref = ctx
+        .images
+        .ensure(pod, c, &fp, &mut state.image_backoff)
+        .await?;
     let config = container::container_config(pod, c, &image_ref, restart_count, is_init, ip)
         .map_err(|e| StartError::new(Reason::CreateContainerConfigError, e.0))?;
-    ctx.runtime
+    let res = ctx
+        .runtime
         .create_and_start(pod, c, config, sandbox_id, sandbox_attempt)
-        .await
-        .map_err(|f| match f {
-            StartFailure::Create(m) => StartError::new(Reason::CreateContainerError, m),
-            StartFailure::Start(m) => StartError::new(Reason::RunContainerError, m),
-        })
+        .await;
+    let created = |msg: String| {
+        ctx.recorder.pod_event(
+            pod,
+            Some(fp.clone()),
+            EventType::Normal,
+            events::CREATED_CONTAINER,
+            msg,
+        )
+    };
+    match res {
+        Ok(id) => {
+            created(format!("Created container {}", c.name));
+            ctx.recorder.pod_event(
+                pod,
+                Some(fp.clone()),
+                EventType::Normal,
+                events::STARTED_CONTAINER,
+                format!("Started container {}", c.name),
+            );
+            Ok(id)
+        }
+        Err(StartFailure::Create(m)) => Err(StartError::new(Reason::CreateContainerError, m)),
+        Err(StartFailure::Start(m)) => {
+            created(format!("Created container {}", c.name));
+            Err(StartError::new(Reason::RunContainerError, m))
+        }
+    }
 }
 
 /// Container GC for one pod (upstream keeps `MaxPerPodContainer` = 1 dead instance per container):
@@ -396,6 +509,7 @@ pub async fn terminate_pod(
     let rt = ctx.runtime.pod_status(podutil::uid(pod)).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
     info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    record_killing(ctx, pod, running_names(&rt));
     ctx.runtime.kill_pod(&rt, g).await?;
     if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
         publish(ctx, state, pod, &rt).await;
