@@ -487,6 +487,7 @@ async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
         "{node_events:?}"
     );
     assert!(has_reason(&node_events, "NodeHasSufficientMemory"));
+    assert!(has_reason(&node_events, "RegisteredNode"));
 
     // A pod asking for more memory than the node has is rejected, as upstream does it: phase
     // Failed, reason OutOfmemory, a Warning event, and no sandbox.

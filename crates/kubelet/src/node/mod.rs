@@ -59,6 +59,11 @@ impl NodeAgent {
             let res = match nodes.create(&PostParams::default(), &node).await {
                 Ok(n) => {
                     info!(node = %self.settings.name, "registered node");
+                    self.recorder.node_event(
+                        crate::events::EventType::Normal,
+                        crate::events::REGISTERED_NODE,
+                        format!("Node {} registered with the API server", self.settings.name),
+                    );
                     // Upstream's setters record the initial conditions while building the Node.
                     if let Some(st) = &n.status {
                         self.record_condition_events(None, st);

@@ -166,6 +166,13 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
     for sub in ["volumes", "plugins", "containers"] {
         if let Err(e) = tokio::fs::create_dir_all(dir.join(sub)).await {
             warn!(pod = %who, error = %e, dir = %dir.display(), "cannot create pod data directory");
+            ctx.recorder.pod_event(
+                pod,
+                None,
+                EventType::Warning,
+                events::FAILED_TO_MAKE_POD_DATA_DIRECTORIES,
+                format!("error making pod data directories: {e}"),
+            );
             return SyncOutcome {
                 terminal: false,
                 retry_after: Some(ERROR_RETRY),
@@ -176,6 +183,13 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
         Ok(rt) => rt,
         Err(e) => {
             warn!(pod = %who, error = %e, "cannot read pod status from the runtime");
+            ctx.recorder.pod_event(
+                pod,
+                None,
+                EventType::Warning,
+                events::FAILED_SYNC,
+                format!("error determining status: {e}"),
+            );
             return SyncOutcome {
                 terminal: false,
                 retry_after: Some(ERROR_RETRY),
@@ -273,6 +287,13 @@ async fn execute(
         record_killing(ctx, pod, running_names(rt));
         if let Err(e) = ctx.runtime.kill_pod(rt, grace(pod)).await {
             warn!(pod = %who, error = %e, "failed to kill pod");
+            ctx.recorder.pod_event(
+                pod,
+                None,
+                EventType::Warning,
+                events::FAILED_TO_KILL_POD,
+                format!("error killing pod: {e}"),
+            );
             return Some(ERROR_RETRY);
         }
         if !actions.create_sandbox {
