@@ -312,6 +312,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         health,
         runtime_pods,
         finished: HashMap::new(),
+        deleted_in_api: HashSet::new(),
         mirrors,
         recorder,
         node_view,
@@ -349,6 +350,9 @@ struct SyncLoop {
     /// When workers finished cleaning pods up: a runtime listing older than that still shows
     /// them, and housekeeping must not tear them down a second time.
     finished: HashMap<String, Instant>,
+    /// Pods deleted through the API whose worker finished and whose object deletion (grace 0) was
+    /// requested: later updates of them must not start another termination (and another delete).
+    deleted_in_api: HashSet<String>,
     /// Told which static pods run, so each has a mirror pod (cluster mode only).
     mirrors: Option<MirrorHandle>,
     recorder: Recorder,
@@ -439,6 +443,11 @@ impl SyncLoop {
                         continue;
                     }
                     if pod.metadata.deletion_timestamp.is_some() {
+                        if self.deleted_in_api.contains(&uid) && !self.workers.has(&uid) {
+                            // Already terminated and its deletion requested: this is our own
+                            // status write coming back through the watch.
+                            continue;
+                        }
                         // Graceful deletion: stop with the API's grace period; the object is
                         // deleted once everything is gone (see handle_worker_event).
                         let grace = pod
@@ -462,6 +471,7 @@ impl SyncLoop {
                     info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
+                    self.deleted_in_api.remove(&uid);
                     if self.rejected.remove(&uid) {
                         self.status.remove(&uid).await;
                         continue;
@@ -538,6 +548,7 @@ impl SyncLoop {
                 pod,
             } => {
                 if pod.metadata.deletion_timestamp.is_some() {
+                    self.deleted_in_api.insert(uid.clone());
                     self.status.terminated(pod).await;
                 }
                 self.workers.forget(&uid);

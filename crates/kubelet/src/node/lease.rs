@@ -30,6 +30,8 @@ pub struct LeaseKeeper {
     api: Api<Lease>,
     node: String,
     node_uid: String,
+    /// What the API server returned for our last write, so a renewal is a single update.
+    latest: Option<Lease>,
 }
 
 impl LeaseKeeper {
@@ -38,6 +40,7 @@ impl LeaseKeeper {
             api: Api::namespaced(client, LEASE_NAMESPACE),
             node,
             node_uid,
+            latest: None,
         }
     }
 
@@ -50,10 +53,36 @@ impl LeaseKeeper {
         }
     }
 
-    /// Get, then create or update with the fresh renew time (optimistic concurrency through the
-    /// resourceVersion the GET returned).
-    async fn renew(&self) -> Result<(), kube::Error> {
-        match self.api.get_opt(&self.node).await? {
+    /// The lease with a fresh renew time and us as holder.
+    fn renewed(&self, mut lease: Lease) -> Lease {
+        let mut spec = lease.spec.take().unwrap_or_default();
+        let d = self.desired_spec();
+        spec.holder_identity = d.holder_identity;
+        spec.lease_duration_seconds = d.lease_duration_seconds;
+        spec.renew_time = d.renew_time;
+        lease.spec = Some(spec);
+        lease
+    }
+
+    /// Upstream's controller: update from the lease the last write returned (one request per
+    /// renewal); without one, or when it is stale (conflict, gone), get, then create or update.
+    async fn renew(&mut self) -> Result<(), kube::Error> {
+        let pp = PostParams::default();
+        if let Some(latest) = self.latest.take() {
+            match self
+                .api
+                .replace(&self.node, &pp, &self.renewed(latest))
+                .await
+            {
+                Ok(l) => {
+                    self.latest = Some(l);
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let lease = match self.api.get_opt(&self.node).await? {
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -72,24 +101,19 @@ impl LeaseKeeper {
                     },
                     spec: Some(self.desired_spec()),
                 };
-                self.api.create(&PostParams::default(), &lease).await?;
+                self.api.create(&pp, &lease).await?
             }
-            Some(mut lease) => {
-                let mut spec = lease.spec.take().unwrap_or_default();
-                let d = self.desired_spec();
-                spec.holder_identity = d.holder_identity;
-                spec.lease_duration_seconds = d.lease_duration_seconds;
-                spec.renew_time = d.renew_time;
-                lease.spec = Some(spec);
+            Some(lease) => {
                 self.api
-                    .replace(&self.node, &PostParams::default(), &lease)
-                    .await?;
+                    .replace(&self.node, &pp, &self.renewed(lease))
+                    .await?
             }
-        }
+        };
+        self.latest = Some(lease);
         Ok(())
     }
 
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
         let mut delay = Duration::from_millis(200);
         loop {
             let wait = match self.renew().await {
