@@ -8,6 +8,8 @@
 #   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
 #   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
 #   hack/control-plane.sh down DIR         stop both and remove DIR
+# RK_APISERVER_AUDIT=1 at `up` writes an audit log (Metadata level) to DIR/log/audit.log, so that
+# benchmarks can count the requests a node makes.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -154,6 +156,12 @@ cmd_up() {
         --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
         --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
         --kubelet-preferred-address-types InternalIP,Hostname)
+    if [[ "${RK_APISERVER_AUDIT:-}" == 1 ]]; then
+        printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+            'rules:' '- level: Metadata' >"$DIR/audit-policy.yaml"
+        args+=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/log/audit.log"
+            --audit-log-maxsize 0)
+    fi
     # Kept so that start-apiserver can bring the same apiserver back (outage tests).
     printf '%q ' "$bin" "${args[@]}" >"$DIR/apiserver.cmd"
     start_apiserver

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# API pod benchmark: rkubelet as a node of a real control plane (etcd + kube-apiserver 1.20 with
+# TLS, Node,RBAC and NodeRestriction). How fast pods created through the API are Running *in the
+# API* (the end-to-end figure an operator sees with kubectl), how fast deleted pods disappear,
+# how many API requests the node makes for it, and what rkubelet costs in RSS and CPU. Prints
+# figures; it asserts nothing.
+#
+#   bench/api-pods.sh [N...]     default: 30 100
+#
+# Per N: a fresh control plane (audit log on, to count the node's requests), a fresh private
+# containerd (INDEX 70, 71, ...), target/release/rkubelet with node credentials, then N pods
+# POSTed as fast as one client can, watched until Running and Ready, then all deleted (grace 5 s)
+# and watched until gone. Latency per pod = watch event showing it Running+Ready minus the time
+# its POST was sent. rkubelet's log: /tmp/rkubelet-apibench-N.log.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+
+RKUBELET="$REPO_ROOT/target/release/rkubelet"
+NODE_NAME=apibench
+FIRST_INDEX=70
+
+CUR_CD="" CUR_CP="" CUR_PID="" RESULTS=""
+
+cleanup() {
+    if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
+        kill -TERM "$CUR_PID" 2>/dev/null || true
+        timeout 10 tail --pid="$CUR_PID" -f /dev/null || kill -KILL "$CUR_PID" 2>/dev/null || true
+    fi
+    CUR_PID=""
+    [[ -z "$CUR_CD" ]] || "$HACK_DIR/containerd.sh" down "$CUR_CD" 2>/dev/null || true
+    [[ -z "$CUR_CP" ]] || "$HACK_DIR/control-plane.sh" down "$CUR_CP" 2>/dev/null || true
+    CUR_CD="" CUR_CP=""
+}
+trap 'cleanup; rm -f "$RESULTS"' EXIT
+trap 'exit 130' INT TERM
+
+MEASURE_PY=$(
+    cat <<'PY'
+import datetime, json, os, re, ssl, sys, threading, time, collections, http.client, subprocess
+
+n, url, pki, node, pid, sock, audit, outfile, cpid, klog = sys.argv[1:11]
+n, pid, cpid = int(n), int(pid), int(cpid)
+host, port = url.removeprefix("https://").split(":")
+TICK = os.sysconf("SC_CLK_TCK")
+IMAGE = "rkubelet.local/busybox:1.35"
+
+ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
+ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
+
+def conn():
+    return http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+
+def request(c, method, path, body=None):
+    c.request(method, path, body=json.dumps(body) if body else None,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    if r.status >= 300:
+        raise RuntimeError(f"{method} {path}: {r.status} {data[:300]!r}")
+    return json.loads(data)
+
+def rss_kib():
+    with open(f"/proc/{pid}/status") as f:
+        d = dict(l.split(":", 1) for l in f if ":" in l)
+    return int(d["VmRSS"].split()[0]), int(d["VmHWM"].split()[0])
+
+def cpu_s(p=None):
+    with open(f"/proc/{p or pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+def pct(xs, q):
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, -(-len(s) * q // 100) - 1))]
+
+def runtime_containers():
+    out = subprocess.run(["ctr", "-a", sock, "-n", "k8s.io", "containers", "ls", "-q"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+def audit_counts():
+    """Requests made with this node's credentials, by verb and resource (one per auditID)."""
+    seen, by = set(), collections.Counter()
+    with open(audit) as f:
+        for line in f:
+            e = json.loads(line)
+            if e["user"]["username"] != f"system:node:{node}" or e["auditID"] in seen:
+                continue
+            seen.add(e["auditID"])
+            o = e.get("objectRef") or {}
+            res = o.get("resource", "?") + ("/" + o["subresource"] if o.get("subresource") else "")
+            by[f"{e['verb']} {res}"] += 1
+    return by
+
+# Watch pods: the time each first shows Running+Ready, and when each is deleted.
+running_at, deleted_at = {}, {}
+lock = threading.Lock()
+def watch(rv):
+    c = conn()
+    c.timeout = None
+    c.request("GET", f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}")
+    r = c.getresponse()
+    while True:
+        line = r.readline()
+        if not line:
+            return
+        ev = json.loads(line)
+        p = ev["object"]
+        name, now = p["metadata"]["name"], time.monotonic()
+        st = p.get("status") or {}
+        ready = any(x["type"] == "Ready" and x["status"] == "True" for x in st.get("conditions") or [])
+        with lock:
+            if ev["type"] == "DELETED":
+                deleted_at.setdefault(name, now)
+            elif st.get("phase") == "Running" and ready:
+                running_at.setdefault(name, now)
+
+c = conn()
+rv = request(c, "GET", "/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
+threading.Thread(target=watch, args=(rv,), daemon=True).start()
+time.sleep(1)
+audit0 = audit_counts()
+rss0, _ = rss_kib(); cpu0 = cpu_s(); ccpu0 = cpu_s(cpid)
+
+sent = {}
+t0 = time.monotonic()
+for i in range(n):
+    name = f"bench-{i:03d}"
+    sent[name] = time.monotonic()
+    request(c, "POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeName": node, "automountServiceAccountToken": False,
+                 "terminationGracePeriodSeconds": 5,
+                 "containers": [{"name": "sleep", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                                 "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]}]}})
+t_posted = time.monotonic() - t0
+peak = rss0
+deadline = time.monotonic() + 120 + 3 * n
+while time.monotonic() < deadline:
+    with lock:
+        if len(running_at) >= n:
+            break
+    peak = max(peak, rss_kib()[0])
+    time.sleep(0.1)
+with lock:
+    lat = [running_at[k] - sent[k] for k in running_at if k in sent]
+    t_all = max(running_at.values()) - t0 if len(running_at) >= n else None
+rss1, hwm1 = rss_kib(); cpu1 = cpu_s(); ccpu1 = cpu_s(cpid)
+audit1 = audit_counts()
+
+# Status lag: rkubelet's "started container" log line (its wall clock) -> the watch seeing the pod
+# Running+Ready in the API. Same host, same clock.
+wall = time.time() - time.monotonic()
+started = {}
+with open(klog) as f:
+    for line in f:
+        m = re.match(r"(\S+Z) .*started container.*pod=\S*?(bench-\d+)", line)
+        if m and "restart_count=0" in line:
+            started.setdefault(m.group(2), datetime.datetime.fromisoformat(
+                m.group(1).replace("Z", "+00:00")).timestamp())
+with lock:
+    lag = [running_at[k] + wall - started[k] for k in running_at if k in started]
+
+IDLE = 20
+time.sleep(IDLE)
+rss2, _ = rss_kib(); cpu2 = cpu_s(); ccpu2 = cpu_s(cpid)
+audit2 = audit_counts()
+
+t1 = time.monotonic()
+for name in sent:
+    request(c, "DELETE", f"/api/v1/namespaces/default/pods/{name}")
+deadline = time.monotonic() + 120 + 3 * n
+t_gone = t_rt = None
+while time.monotonic() < deadline:
+    with lock:
+        if t_gone is None and len(deleted_at) >= n:
+            t_gone = max(deleted_at.values()) - t1
+    if t_gone is not None and not runtime_containers():
+        t_rt = time.monotonic() - t1
+        break
+    peak = max(peak, rss_kib()[0])
+    time.sleep(0.1)
+rss3, hwm3 = rss_kib(); cpu3 = cpu_s(); ccpu3 = cpu_s(cpid)
+time.sleep(1)
+audit3 = audit_counts()
+
+def delta(a, b):
+    return {k: b[k] - a.get(k, 0) for k in b if b[k] - a.get(k, 0)}
+def total(d):
+    return sum(d.values())
+secs = lambda x: "timeout" if x is None else f"{x:7.2f} s"
+mib = lambda k: f"{k / 1024:7.1f} MiB"
+start_req, idle_req, stop_req = delta(audit0, audit1), delta(audit1, audit2), delta(audit2, audit3)
+
+print(f"\n=== N = {n} pods through the API ===")
+print(f"  {n} POSTs sent in                  {t_posted:7.2f} s")
+if lat:
+    print(f"  POST -> Running+Ready in the API  p50 {secs(pct(lat, 50))}   p90 {secs(pct(lat, 90))}"
+          f"   p99 {secs(pct(lat, 99))}   max {secs(max(lat))}")
+if lag:
+    print(f"  container started -> Running in the API (status lag)  p50 {secs(pct(lag, 50))}"
+          f"   p99 {secs(pct(lag, 99))}   max {secs(max(lag))}   ({len(lag)} pods)")
+print(f"  first POST -> all Running         {secs(t_all)}" + ("" if t_all else f"  ({len(lat)} of {n})"))
+print(f"  DELETE -> all objects gone        {secs(t_gone)}")
+print(f"  DELETE -> no containers left      {secs(t_rt)}")
+print(f"  node's API requests: {total(start_req)} to start {n} ({total(start_req) / n:.1f}/pod), "
+      f"{total(idle_req)} in {IDLE} s idle, {total(stop_req)} to delete {n}")
+for title, d in (("start", start_req), ("idle", idle_req), ("delete", stop_req)):
+    print(f"    {title:6s} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])))
+print(f"  rkubelet            RSS         CPU (utime+stime)")
+print(f"    before            {mib(rss0)}   {cpu0:6.2f} s")
+print(f"    peak (VmHWM)      {mib(max(peak, hwm1, hwm3))}")
+print(f"    all Running       {mib(rss1)}   {cpu1:6.2f} s  (+{cpu1 - cpu0:.2f} s to start {n})")
+print(f"    idle {IDLE} s         {mib(rss2)}   {cpu2:6.2f} s  ({100 * (cpu2 - cpu1) / IDLE:.1f}% of a CPU)")
+print(f"    after deletion    {mib(rss3)}   {cpu3:6.2f} s  (+{cpu3 - cpu2:.2f} s to stop {n})")
+print(f"  for scale, containerd's own CPU: +{ccpu1 - ccpu0:.2f} s to start, +{ccpu3 - ccpu2:.2f} s to stop")
+sys.stdout.flush()
+with open(outfile, "a") as f:
+    f.write(json.dumps(dict(n=n, p50=pct(lat, 50) if lat else None, p90=pct(lat, 90) if lat else None,
+        p99=pct(lat, 99) if lat else None, all=t_all,
+        lag50=pct(lag, 50) if lag else None, lag99=pct(lag, 99) if lag else None, gone=t_gone, rt=t_rt,
+        req_start=total(start_req), req_idle=total(idle_req), req_stop=total(stop_req),
+        rss0=rss0, peak=max(peak, hwm1, hwm3), rss3=rss3, cpu_start=cpu1 - cpu0,
+        idle_pct=100 * (cpu2 - cpu1) / IDLE, cpu_stop=cpu3 - cpu2)) + "\n")
+PY
+)
+
+SUMMARY_PY=$(
+    cat <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+f = lambda x: "  -  " if x is None else f"{x:5.2f}"
+m = lambda k: f"{k / 1024:5.1f}"
+print("\n=== summary (seconds; requests; RSS in MiB; CPU in s) ===")
+print("    N   p50   p90   p99   all | lag50 lag99 | gone  rt-empty | req start idle stop |  RSS0  peak RSSend | cpu+start idle% cpu+stop")
+for r in rows:
+    print(f"{r['n']:5d} {f(r['p50'])} {f(r['p90'])} {f(r['p99'])} {f(r['all'])} | {f(r['lag50'])} {f(r['lag99'])} | {f(r['gone'])} {f(r['rt'])} |"
+          f"     {r['req_start']:5d} {r['req_idle']:4d} {r['req_stop']:4d} | {m(r['rss0'])} {m(r['peak'])} {m(r['rss3'])} |"
+          f"     {r['cpu_start']:5.2f} {r['idle_pct']:5.1f}    {r['cpu_stop']:5.2f}")
+PY
+)
+
+bench_one() {
+    local n="$1" index="$2" results="$3" cd cp sock kc logf url i
+    cd="/tmp/rkubelet-apibench-cd-$n" cp="/tmp/rkubelet-apibench-cp-$n" logf="/tmp/rkubelet-apibench-$n.log"
+    "$HACK_DIR/containerd.sh" down "$cd" 2>/dev/null || true
+    "$HACK_DIR/control-plane.sh" down "$cp" 2>/dev/null || true
+    CUR_CD="$cd" CUR_CP="$cp"
+    log "N=$n: control plane in $cp, containerd (INDEX $index) in $cd"
+    RK_APISERVER_AUDIT=1 "$HACK_DIR/control-plane.sh" up "$cp" >/dev/null
+    "$HACK_DIR/containerd.sh" up "$cd" "$index" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
+    sock="$(sed -n 's/^CONTAINERD_SOCK=//p' "$cd/env")"
+    url="$(sed -n 's/^APISERVER_URL=//p' "$cp/env")"
+    kc="$("$HACK_DIR/control-plane.sh" node-cert "$cp" "$NODE_NAME")"
+    mkdir -p "$cd/kubelet"
+    NO_COLOR=1 "$RKUBELET" --kubeconfig "$kc" --node-ip 127.0.0.1 \
+        --container-runtime-endpoint "unix://$sock" --read-only-port 0 --healthz-port 0 \
+        --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" >"$logf" 2>&1 &
+    CUR_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        kubectl --kubeconfig "$cp/admin.kubeconfig" get node "$NODE_NAME" \
+            -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True && break
+        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf" >&2; die "rkubelet exited"; }
+        sleep 0.2
+    done
+    log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
+    python3 -c "$MEASURE_PY" "$n" "$url" "$cp/pki" "$NODE_NAME" "$CUR_PID" "$sock" \
+        "$cp/log/audit.log" "$results" "$(sed -n 's/^CONTAINERD_PID=//p' "$cd/env")" "$logf"
+    echo "  rkubelet log: $(grep -c ' ERROR ' "$logf" || true) ERROR, $(grep -c ' WARN ' "$logf" || true) WARN lines"
+    cleanup
+}
+
+main() {
+    need_root
+    need_cmd python3 ctr kubectl containerd etcd
+    local -a sizes=("$@")
+    [[ ${#sizes[@]} -gt 0 ]] || sizes=(30 100)
+    local n i=0
+    for n in "${sizes[@]}"; do
+        [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$n'"
+    done
+    if [[ ! -x "$RKUBELET" ]]; then
+        log "building $RKUBELET"
+        (cd "$REPO_ROOT" && cargo build --release -p rkubelet)
+    fi
+    RESULTS="$(mktemp)"
+    for n in "${sizes[@]}"; do
+        bench_one "$n" $((FIRST_INDEX + i)) "$RESULTS"
+        i=$((i + 1))
+    done
+    python3 -c "$SUMMARY_PY" "$RESULTS"
+}
+
+main "$@"
