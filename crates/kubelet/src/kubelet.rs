@@ -57,6 +57,8 @@ pub enum KubeletError {
 }
 
 const SYNC_TICK: Duration = Duration::from_secs(1);
+/// How long the SyncLoop waits for PLEG's first listing before it handles pods.
+const FIRST_RELIST_WAIT: Duration = Duration::from_secs(10);
 const HOUSEKEEPING_TICK: Duration = Duration::from_secs(2);
 
 /// Waits until the runtime answers Version and reports RuntimeReady, retrying with backoff and
@@ -372,6 +374,15 @@ impl SyncLoop {
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_TICK);
         sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Admission skips pods whose containers already run (they hold their resources), which
+        // needs the first runtime listing; without a runtime there is nothing to adopt anyway.
+        let mut listing = self.runtime_pods.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(FIRST_RELIST_WAIT, listing.changed()) => if r.is_err() {
+                warn!(waited = ?FIRST_RELIST_WAIT, "no runtime listing yet; admitting pods without it");
+            }
+        }
         info!("starting the SyncLoop");
         loop {
             self.health.sync_loop_ran();

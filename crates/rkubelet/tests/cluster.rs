@@ -587,3 +587,53 @@ async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
         (p["status"]["phase"] == "Running").then_some(p)
     });
 }
+
+/// Upstream re-admits every pod after a restart; pods whose containers already run hold their
+/// resources and must not be rejected for them, even when the node shrank (here: maxPods).
+#[tokio::test]
+async fn restart_keeps_running_pods_that_no_longer_fit() {
+    let cp = ControlPlane::up("readmit");
+    let mut env = Env::new(126);
+    let kc = cp.node_kubeconfig(&env.node);
+    let kc = format!("--kubeconfig={}", kc.display());
+    env.start_kubelet_with(&[&kc, "--node-ip=127.0.0.1", "--max-pods=2"]);
+    for name in ["first", "second"] {
+        cp.kubectl_stdin(
+            &["create", "-f", "-"],
+            Some(&pod_manifest(name, &env.node, SLEEPER, 1)),
+        );
+    }
+    let mut ids = Vec::new();
+    for name in ["first", "second"] {
+        let p = wait_json("pod Running", Duration::from_secs(30), || {
+            let p = cp.get_json(&["pod", name])?;
+            (p["status"]["phase"] == "Running").then_some(p)
+        });
+        ids.push(p["status"]["containerStatuses"][0]["containerID"].clone());
+    }
+
+    env.stop_kubelet(Signal::SIGKILL);
+    env.start_kubelet_with(&[&kc, "--node-ip=127.0.0.1", "--max-pods=1"]);
+    // A new pod proves admission ran after the restart: the node is full.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("third", &env.node, SLEEPER, 1)),
+    );
+    let third = wait_json("third rejected", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "third"])?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(third["status"]["reason"], "OutOfpods");
+    for (name, id) in ["first", "second"].iter().zip(&ids) {
+        let p = cp.get_json(&["pod", name]).unwrap();
+        assert_eq!(p["status"]["phase"], "Running", "{name}: {}", p["status"]);
+        assert_eq!(
+            &p["status"]["containerStatuses"][0]["containerID"], id,
+            "{name} was restarted"
+        );
+    }
+    assert!(!env.kubelet_log().contains("pod rejected pod=default/first"));
+    assert!(!env
+        .kubelet_log()
+        .contains("pod rejected pod=default/second"));
+}
