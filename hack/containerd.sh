@@ -5,6 +5,9 @@
 #   hack/containerd.sh up DIR INDEX   INDEX in 1..200 picks bridge rkbrINDEX and
 #                                     subnet 10.88.INDEX.0/24; prints KEY=VALUE lines
 #   hack/containerd.sh down DIR       kill everything the instance started, rm -rf DIR
+#
+# Registries: the CRI plugin reads DIR/certs.d/<host:port>/hosts.toml (config_path)
+# on every pull, so a registry can be added while it runs (hack/registry.sh hosts).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -55,7 +58,7 @@ cmd_up() {
     if ip link show "rkbr$index" >/dev/null 2>&1; then
         log "warning: bridge rkbr$index exists; is INDEX $index in use by another instance?"
     fi
-    mkdir -p "$dir"/{root,state,cni/net.d,cni/ipam,opt,log,runc}
+    mkdir -p "$dir"/{root,state,cni/net.d,cni/ipam,opt,log,runc,certs.d}
     echo "$index" >"$dir/index"
     write_config "$dir" "$index"
 
@@ -84,6 +87,7 @@ cmd_up() {
         echo "CONTAINERD_LOG=$logf"
         echo "POD_SUBNET=10.88.$index.0/24"
         echo "CNI_BRIDGE=rkbr$index"
+        echo "CONTAINERD_CERTS_D=$dir/certs.d"
     } | tee "$dir/env"
     log "containerd ready at $sock"
 }

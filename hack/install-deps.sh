@@ -8,6 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PACKAGES=(
     containerd runc containernetworking-plugins busybox-static umoci
     protobuf-compiler iproute2 iptables curl jq procps gcc libc6-dev
+    docker-registry skopeo
 )
 
 # Print the packages dpkg does not report as fully installed.
@@ -27,10 +28,43 @@ if [[ ${#missing[@]} -eq 0 ]]; then
     exit 0
 fi
 
+# docker-registry's postinst starts a system registry on :5000 (init script or
+# systemd unit). hack/registry.sh runs private ones on free ports instead, so keep
+# services from starting during the install (invoke-rc.d and deb-systemd-invoke
+# both ask policy-rc.d; 101 = action forbidden), unless the admin has a policy.
+POLICY=/usr/sbin/policy-rc.d
+own_policy=0
+restore_policy() {
+    if ((own_policy)); then rm -f "$POLICY"; fi
+}
+
+# Stop and disable a system registry the package may have started anyway (an
+# earlier install, or an admin policy that allowed it). Never touches our own
+# instances: those are not run from the init script or the unit.
+stop_system_registry() {
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+        systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+    elif [[ -x /etc/init.d/docker-registry && -f /run/docker-registry.pid ]]; then
+        /etc/init.d/docker-registry stop >/dev/null 2>&1 || true
+        update-rc.d docker-registry disable >/dev/null 2>&1 || true
+    fi
+}
+
 need_root
 log "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+if [[ " ${missing[*]} " == *" docker-registry "* && ! -e "$POLICY" ]]; then
+    trap restore_policy EXIT
+    printf '#!/bin/sh\n# hack/install-deps.sh: no services started during install\nexit 101\n' >"$POLICY"
+    chmod 0755 "$POLICY"
+    own_policy=1
+fi
 # Only refresh the package lists when we actually have to install something.
 apt-get update -qq
 apt-get install -y "${missing[@]}"
+restore_policy
+own_policy=0
+if [[ " ${missing[*]} " == *" docker-registry "* ]]; then
+    stop_system_registry
+fi
 log "done"

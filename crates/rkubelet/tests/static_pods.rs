@@ -580,3 +580,195 @@ async fn pods_beyond_max_pods_are_rejected_as_out_of_pods() {
         || (env.pods().len() == 1).then_some(()),
     );
 }
+
+/// A one-container pod running `script` from `image` with the given imagePullPolicy.
+fn pull_pod(name: &str, image: &str, policy: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {image}
+    imagePullPolicy: {policy}
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+#[tokio::test]
+async fn image_pull_policies_pull_from_a_registry() {
+    // Declared first, dropped last: the registry outlives containerd and rkubelet.
+    let reg = Registry::up("pull");
+    let pulled_digest = reg.push("rk/busybox:pulled");
+    let old_digest = reg.push_image(
+        "rkubelet.local/busybox-entrypoint:1.35",
+        "rk/busybox:always",
+    );
+    let mut env = Env::new(111);
+    env.trust_registry(&reg);
+    let pulled = reg.image("rk/busybox:pulled");
+    let always = reg.image("rk/busybox:always");
+    let repo_digest = |d: &str| format!("{}@{d}", reg.image("rk/busybox"));
+    // The pushed images are the imported busybox ones: remove those (and so their content) so
+    // that pulls download and unpack layers instead of finding every blob already local.
+    for image in [
+        IMAGE,
+        "rkubelet.local/busybox-entrypoint:1.35",
+        "rkubelet.local/busybox-nonroot:1.35",
+    ] {
+        env.cri()
+            .remove_image(rkubelet_cri::api::RemoveImageRequest {
+                image: Some(rkubelet_cri::api::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+        assert!(env.image_status(image).await.is_none(), "{image} removed");
+    }
+    assert!(
+        env.image_status(&pulled).await.is_none(),
+        "{pulled} must not be present before the kubelet pulls it"
+    );
+
+    // `:always` is present locally (busybox-entrypoint), then the tag moves in the registry to
+    // another image (busybox-nonroot, which runs as uid 1000): only a real pull sees the new one.
+    // The three images share no blob, so each pull below downloads its own config and layer.
+    env.cri()
+        .pull_image(rkubelet_cri::api::PullImageRequest {
+            image: Some(rkubelet_cri::api::ImageSpec {
+                image: always.clone(),
+                ..Default::default()
+            }),
+            auth: None,
+            sandbox_config: None,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("CRI pull of {always} from the test registry: {e}"));
+    let local = env.image_status(&always).await.expect("pre-pulled image");
+    assert_eq!(local.repo_digests, vec![repo_digest(&old_digest)]);
+    let new_digest = reg.push_image("rkubelet.local/busybox-nonroot:1.35", "rk/busybox:always");
+    assert_ne!(new_digest, old_digest);
+    let always_resolves = reg.manifest_requests("rk/busybox:always");
+    assert_eq!(always_resolves, 1, "{:#?}", reg.containerd_requests());
+    assert_eq!(reg.manifest_requests("rk/busybox:pulled"), 0);
+
+    // containerd's requests from here on are the kubelet's pulls.
+    let pre = reg.containerd_requests().len();
+    let downloaded = |blob: &str| {
+        let get = format!("\"GET /v2/rk/busybox/blobs/{blob} HTTP/1.1\" 200 ");
+        reg.containerd_requests()[pre..]
+            .iter()
+            .any(|l| l.contains(&get))
+    };
+    env.start_kubelet();
+    env.write_manifest(
+        "ifnotpresent.yaml",
+        &pull_pod("ifnotpresent", &pulled, "IfNotPresent", SLEEPER),
+    );
+    env.write_manifest(
+        "always.yaml",
+        &pull_pod("always", &always, "Always", &format!("id -u; {SLEEPER}")),
+    );
+
+    // IfNotPresent, image absent: pulled from the registry, now in containerd.
+    let pod = env.wait_running("ifnotpresent");
+    let cs = container_status(&pod, "main");
+    assert_eq!(cs.image, pulled);
+    assert_eq!(cs.image_id, repo_digest(&pulled_digest));
+    let img = env
+        .image_status(&pulled)
+        .await
+        .expect("pulled image present in containerd");
+    assert!(img.repo_tags.contains(&pulled), "{:?}", img.repo_tags);
+    assert_eq!(img.repo_digests, vec![repo_digest(&pulled_digest)]);
+    assert!(
+        reg.manifest_requests("rk/busybox:pulled") >= 1,
+        "{:#?}",
+        reg.containerd_requests()
+    );
+    assert!(
+        downloaded(&img.id),
+        "config {} not downloaded: {:#?}",
+        img.id,
+        reg.containerd_requests()
+    );
+
+    // Always, image present: pulled again, and the container runs the registry's new image.
+    let pod = env.wait_running("always");
+    let cs = container_status(&pod, "main");
+    assert_eq!(cs.image, always);
+    assert_eq!(cs.image_id, repo_digest(&new_digest));
+    let img = env.image_status(&always).await.expect(":always present");
+    assert_eq!(img.repo_digests, vec![repo_digest(&new_digest)]);
+    assert!(downloaded(&img.id), "config {} not downloaded", img.id);
+    // Two configs and two layers, each once.
+    let blob_gets = reg.containerd_requests()[pre..]
+        .iter()
+        .filter(|l| l.contains("\"GET /v2/rk/busybox/blobs/sha256:") && l.contains("\" 200 "))
+        .count();
+    assert_eq!(blob_gets, 4, "{:#?}", &reg.containerd_requests()[pre..]);
+    assert!(
+        reg.manifest_requests("rk/busybox:always") > always_resolves,
+        "{:#?}",
+        reg.containerd_requests()
+    );
+    let log = env.logs.join(format!(
+        "default_always-{}_{}/main/0.log",
+        env.node,
+        uid(&pod)
+    ));
+    wait_until(
+        Duration::from_secs(10),
+        "the Always container running as the new image's user (uid 1000)",
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|s| s.lines().any(|l| l.ends_with(" 1000")))
+        },
+    );
+
+    // Never, image present (pulled above): runs without a single request to the registry.
+    let before = reg.containerd_requests();
+    env.write_manifest("never.yaml", &pull_pod("never", &pulled, "Never", SLEEPER));
+    let pod = env.wait_running("never");
+    let cs = container_status(&pod, "main");
+    assert_eq!(cs.image, pulled);
+    assert_eq!(cs.image_id, repo_digest(&pulled_digest));
+    assert_eq!(
+        reg.containerd_requests(),
+        before,
+        "a Never pod must not contact the registry"
+    );
+
+    // The registry under a name no DNS knows, only the instance's hosts.toml (config_path):
+    // IfNotPresent pulls it (not present under that name) over plain HTTP.
+    let name = "registry.rkubelet.test";
+    env.trust_registry_as(&reg, name);
+    let named = format!("{name}/rk/busybox:pulled");
+    assert!(env.image_status(&named).await.is_none());
+    env.write_manifest(
+        "named.yaml",
+        &pull_pod("named", &named, "IfNotPresent", SLEEPER),
+    );
+    let pod = env.wait_running("named");
+    assert_eq!(container_status(&pod, "main").image, named);
+    let img = env.image_status(&named).await.expect("pulled by name");
+    assert!(
+        img.repo_digests
+            .contains(&format!("{name}/rk/busybox@{pulled_digest}")),
+        "{:?}",
+        img.repo_digests
+    );
+    let ns = format!("/v2/rk/busybox/manifests/pulled?ns={name} ");
+    assert!(
+        reg.containerd_requests().iter().any(|l| l.contains(&ns)),
+        "{:#?}",
+        reg.containerd_requests()
+    );
+}

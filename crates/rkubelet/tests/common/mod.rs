@@ -547,3 +547,170 @@ impl Drop for ControlPlane {
             .output();
     }
 }
+
+/// A private plain-HTTP image registry (hack/registry.sh: Debian's docker-registry on a free
+/// loopback port), stopped and removed on drop, even when the test panics.
+pub struct Registry {
+    pub dir: PathBuf,
+    /// `127.0.0.1:PORT`, the registry host of image references pushed here.
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Registry {
+    pub fn up(tag: &str) -> Registry {
+        let dir = PathBuf::from(format!("/tmp/rkt-reg-{tag}-{}", std::process::id()));
+        let script = repo_root().join("hack/registry.sh");
+        let _ = Command::new(&script).arg("down").arg(&dir).output();
+        let out = Command::new(&script)
+            .arg("up")
+            .arg(&dir)
+            .output()
+            .expect("run hack/registry.sh");
+        // Built before the check so a failed start is still cleaned up by Drop.
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let value = |key: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
+        };
+        let reg = Registry {
+            addr: value("REGISTRY").unwrap_or_default(),
+            log: PathBuf::from(value("REGISTRY_LOG").unwrap_or_default()),
+            dir,
+        };
+        assert!(
+            out.status.success() && !reg.addr.is_empty(),
+            "registry did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        reg
+    }
+
+    /// Pushes the test busybox image ([`IMAGE`]) as `<addr>/<name_tag>`; returns the manifest digest.
+    pub fn push(&self, name_tag: &str) -> String {
+        self.push_image(IMAGE, name_tag)
+    }
+
+    /// Pushes a locally built image (one of `hack/images.sh list`) as `<addr>/<name_tag>`; returns
+    /// the manifest digest (`sha256:...`) the registry serves it under.
+    pub fn push_image(&self, image: &str, name_tag: &str) -> String {
+        let out = Command::new(repo_root().join("hack/registry.sh"))
+            .arg("push")
+            .arg(&self.dir)
+            .arg(image)
+            .arg(name_tag)
+            .output()
+            .expect("run hack/registry.sh push");
+        assert!(
+            out.status.success(),
+            "push of {image} as {name_tag} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("DIGEST="))
+            .expect("DIGEST= in registry.sh push output")
+            .to_string()
+    }
+
+    /// The full reference of `name_tag` in this registry.
+    pub fn image(&self, name_tag: &str) -> String {
+        format!("{}/{name_tag}", self.addr)
+    }
+
+    /// The registry's log (access log lines included).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Access-log lines of requests made by containerd (its user agent), in order.
+    pub fn containerd_requests(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("\"containerd/") && l.contains(" HTTP/1.1\" "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// How many times containerd asked for the manifest of `name:tag` (resolve: HEAD or GET by
+    /// tag), under any registry name (`?ns=` when reached through a hosts.toml alias).
+    pub fn manifest_requests(&self, name_tag: &str) -> usize {
+        let (name, tag) = name_tag.rsplit_once(':').expect("NAME:TAG");
+        let path = format!("/v2/{name}/manifests/{tag}");
+        self.containerd_requests()
+            .iter()
+            .filter(|l| {
+                ["\"HEAD ", "\"GET "].iter().any(|m| {
+                    [" ", "?"]
+                        .iter()
+                        .any(|end| l.contains(&format!("{m}{path}{end}")))
+                })
+            })
+            .count()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- registry log ({}) ---\n{}",
+                self.dir.display(),
+                tail(&self.log(), 30)
+            );
+        }
+        let out = Command::new(repo_root().join("hack/registry.sh"))
+            .arg("down")
+            .arg(&self.dir)
+            .output();
+        if let Ok(o) = out {
+            if !o.status.success() {
+                eprintln!(
+                    "registry down failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        }
+    }
+}
+
+impl Env {
+    /// Lets this Env's containerd pull from `reg` over plain HTTP: a hosts.toml in the instance's
+    /// registry config_path (read by containerd on every pull, no restart needed).
+    pub fn trust_registry(&self, reg: &Registry) {
+        self.trust_registry_as(reg, &reg.addr);
+    }
+
+    /// Like [`Env::trust_registry`], with `reg` known to containerd as `name` (`host[:port]`):
+    /// images referenced as `name/...` are pulled from `reg`, no DNS involved.
+    pub fn trust_registry_as(&self, reg: &Registry, name: &str) {
+        let out = Command::new(repo_root().join("hack/registry.sh"))
+            .arg("hosts")
+            .arg(&reg.dir)
+            .arg(self.dir.join("ctd/certs.d"))
+            .arg(name)
+            .output()
+            .expect("run hack/registry.sh hosts");
+        assert!(
+            out.status.success(),
+            "registry.sh hosts: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// CRI ImageStatus of `image`: None when the runtime does not have it.
+    pub async fn image_status(&self, image: &str) -> Option<api::Image> {
+        self.cri()
+            .image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .image
+    }
+}
