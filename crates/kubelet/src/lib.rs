@@ -14,6 +14,7 @@ pub mod node;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podutil;
+pub mod prober;
 pub mod resources;
 pub mod runtime;
 pub mod server;
