@@ -30,6 +30,7 @@ use crate::node::NodeAgent;
 use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::{PodWorkers, WorkerEvent};
 use crate::podutil;
+use crate::prober::{ProbeHandle, ProbeManager, ProbeResults, ResultUpdate};
 use crate::runtime::RuntimeManager;
 use crate::server;
 use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
@@ -209,7 +210,16 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             cluster_domain: cfg.cluster_domain.clone(),
         },
     };
+    let (probe_mgr, prober, probe_rx) = ProbeManager::new(cri.clone(), recorder.clone());
+    tasks.spawn(
+        probe_mgr
+            .run(cancel.child_token())
+            .instrument(tracing::info_span!("prober")),
+    );
+    let (probe_results, probes) = watch::channel(Arc::new(ProbeResults::new()));
     let ctx = Arc::new(SyncContext {
+        prober: prober.clone(),
+        probes,
         runtime: runtime.clone(),
         images: ImageManager::new(cri.clone(), cfg.serialize_image_pulls, recorder.clone()),
         recorder: recorder.clone(),
@@ -318,9 +328,11 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         mirrors,
         recorder,
         node_view,
+        prober,
+        probe_results,
     };
     sync_loop
-        .run(cfg_rx, pleg_rx, worker_rx, cancel.clone())
+        .run(cfg_rx, pleg_rx, worker_rx, probe_rx, cancel.clone())
         .await;
     shutdown(tasks, cancel).await
 }
@@ -360,6 +372,9 @@ struct SyncLoop {
     recorder: Recorder,
     /// What admission checks pods against: labels, taints and allocatable of this node.
     node_view: admission::NodeView,
+    prober: ProbeHandle,
+    /// The probe results, owned here and read by pod workers through the receiver in SyncContext.
+    probe_results: watch::Sender<Arc<ProbeResults>>,
 }
 
 impl SyncLoop {
@@ -368,6 +383,7 @@ impl SyncLoop {
         mut config: mpsc::Receiver<ConfigEvent>,
         mut pleg: mpsc::Receiver<PodLifecycleEvent>,
         mut worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
+        mut probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
         cancel: CancellationToken,
     ) {
         let mut sync_tick = tokio::time::interval(SYNC_TICK);
@@ -399,6 +415,7 @@ impl SyncLoop {
                     }
                 },
                 Some(ev) = pleg.recv() => self.wake(&ev.uid),
+                Some(u) = probe_updates.recv() => self.handle_probe_result(u),
                 Some(ev) = worker_events.recv() => self.handle_worker_event(ev).await,
                 _ = sync_tick.tick() => self.dispatch_due(),
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -562,6 +579,7 @@ impl SyncLoop {
                     self.deleted_in_api.insert(uid.clone());
                     self.status.terminated(pod).await;
                 }
+                self.forget_probes(&uid);
                 self.workers.forget(&uid);
                 self.workers.reap();
                 self.queue.remove(&uid);
@@ -588,6 +606,25 @@ impl SyncLoop {
     }
 
     /// Hands a known, admitted pod that is not waiting for its name to its worker.
+    /// Upstream's SyncLoop probe channels: a changed result is recorded, then the pod is synced
+    /// (a failed liveness/startup probe kills the container; readiness changes the status).
+    fn handle_probe_result(&mut self, u: ResultUpdate) {
+        debug!(uid = %u.pod_uid, container = %u.container_name, kind = u.kind.as_str(), result = u.result.as_str(), "probe result changed");
+        self.probe_results
+            .send_modify(|r| Arc::make_mut(r).apply(&u));
+        self.wake(&u.pod_uid);
+    }
+
+    /// Forgets a pod's probes: its workers stop and its results go.
+    fn forget_probes(&mut self, uid: &str) {
+        self.prober.remove_pod(uid);
+        self.probe_results.send_if_modified(|r| {
+            let before = r.len();
+            Arc::make_mut(r).remove_pod(uid);
+            r.len() != before
+        });
+    }
+
     fn wake(&mut self, uid: &str) {
         let Some(pod) = self.pods.get(uid) else {
             return;

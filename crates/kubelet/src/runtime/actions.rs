@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{labels, ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::podutil;
+use crate::prober::{probe_grace_override, ProbeKind, ProbeResults};
 
 /// A container to stop, with why (logged and, later, an event).
 #[derive(Debug, Clone, PartialEq)]
@@ -12,6 +13,8 @@ pub struct ContainerToKill {
     pub id: String,
     pub name: String,
     pub message: String,
+    /// A probe's `terminationGracePeriodSeconds`, which overrides the pod's for this kill.
+    pub grace_override: Option<i64>,
 }
 
 /// What one sync must do (upstream `podActions`).
@@ -124,9 +127,13 @@ fn next_init_container<'a>(
     (None, Some(0), false)
 }
 
-/// Decides what the sync must do. Liveness results will join the "kill running container" rule
-/// with the prober.
-pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
+/// Decides what the sync must do. `probes` holds the liveness and startup results that make a
+/// running container be killed (and restarted, unless the pod never restarts).
+pub fn compute_pod_actions(
+    pod: &Pod,
+    status: &PodRuntimeStatus,
+    probes: &ProbeResults,
+) -> PodActions {
     let (create_sandbox, attempt, sandbox_id) = sandbox_changed(pod, status);
     let mut a = PodActions {
         kill_pod: create_sandbox,
@@ -178,6 +185,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
                         message:
                             "Init container is in unknown state, try killing it before restart"
                                 .into(),
+                        grace_override: None,
                     });
                 }
                 a.next_init_container = Some(next);
@@ -191,19 +199,40 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
         let s = status.find(&c.name);
         match s {
             Some(s) if s.state == ContainerState::Running => {
-                if s.hash != labels::container_hash(c) {
-                    a.containers_to_start.push(idx);
-                    a.containers_to_kill.push(ContainerToKill {
-                        id: s.id.clone(),
-                        name: c.name.clone(),
-                        message: format!(
-                            "Container {} definition changed, will be restarted",
-                            c.name
-                        ),
-                    });
+                let (message, restart, grace_override) = if s.hash != labels::container_hash(c) {
+                    (
+                        format!("Container {} definition changed", c.name),
+                        true,
+                        None,
+                    )
+                } else if probes.liveness_failed(&s.id) {
+                    (
+                        format!("Container {} failed liveness probe", c.name),
+                        should_restart_on_failure(pod),
+                        probe_grace_override(pod, &c.name, ProbeKind::Liveness),
+                    )
+                } else if probes.startup_failed(&s.id) {
+                    (
+                        format!("Container {} failed startup probe", c.name),
+                        should_restart_on_failure(pod),
+                        probe_grace_override(pod, &c.name, ProbeKind::Startup),
+                    )
                 } else {
                     keep += 1;
-                }
+                    continue;
+                };
+                let message = if restart {
+                    a.containers_to_start.push(idx);
+                    format!("{message}, will be restarted")
+                } else {
+                    message
+                };
+                a.containers_to_kill.push(ContainerToKill {
+                    id: s.id.clone(),
+                    name: c.name.clone(),
+                    message,
+                    grace_override,
+                });
             }
             _ => {
                 if should_container_be_restarted(c, pod, status) {
@@ -214,6 +243,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
                             name: c.name.clone(),
                             message: "Container is in unknown state, try killing it before restart"
                                 .into(),
+                            grace_override: None,
                         });
                     }
                 }
@@ -417,6 +447,7 @@ mod tests {
                         id: "id-a".into(),
                         name: "a".into(),
                         message: "Container a definition changed, will be restarted".into(),
+                        grace_override: None,
                     }],
                     ..Default::default()
                 },
@@ -436,6 +467,7 @@ mod tests {
                         name: "a".into(),
                         message: "Container is in unknown state, try killing it before restart"
                             .into(),
+                        grace_override: None,
                     }],
                     ..Default::default()
                 },
@@ -519,11 +551,84 @@ mod tests {
         for c in cases {
             let status = (c.status)(&c.pod);
             assert_eq!(
-                compute_pod_actions(&c.pod, &status),
+                compute_pod_actions(&c.pod, &status, &ProbeResults::new()),
                 (c.want)(&c.pod),
                 "case: {}",
                 c.name
             );
         }
+    }
+
+    #[test]
+    fn probe_failures_kill_the_container() {
+        let running = |p: &Pod| PodRuntimeStatus {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![ctr(p, "a", Running, 0), ctr(p, "b", Running, 0)],
+        };
+        let kill = |msg: &str| ContainerToKill {
+            id: "id-a".into(),
+            name: "a".into(),
+            message: msg.into(),
+            grace_override: None,
+        };
+        let cases = [
+            (
+                "Always",
+                ProbeKind::Liveness,
+                vec![0],
+                "Container a failed liveness probe, will be restarted",
+            ),
+            (
+                "OnFailure",
+                ProbeKind::Startup,
+                vec![0],
+                "Container a failed startup probe, will be restarted",
+            ),
+            (
+                "Never",
+                ProbeKind::Liveness,
+                vec![],
+                "Container a failed liveness probe",
+            ),
+        ];
+        for (policy, kind, start, msg) in cases {
+            let p = pod(policy, &[], &["a", "b"]);
+            let mut probes = ProbeResults::new();
+            probes.set("u", "id-a", kind, crate::prober::ProbeResult::Failure);
+            // Other kinds and other containers' results change nothing.
+            probes.set(
+                "u",
+                "id-b",
+                ProbeKind::Readiness,
+                crate::prober::ProbeResult::Failure,
+            );
+            let a = compute_pod_actions(&p, &running(&p), &probes);
+            assert_eq!(
+                a,
+                PodActions {
+                    sandbox_id: "sb0".into(),
+                    containers_to_start: start,
+                    containers_to_kill: vec![kill(msg)],
+                    ..Default::default()
+                },
+                "{policy} {kind:?}"
+            );
+        }
+        // A readiness failure never kills.
+        let p = pod("Always", &[], &["a", "b"]);
+        let mut probes = ProbeResults::new();
+        probes.set(
+            "u",
+            "id-a",
+            ProbeKind::Readiness,
+            crate::prober::ProbeResult::Failure,
+        );
+        assert_eq!(
+            compute_pod_actions(&p, &running(&p), &probes),
+            PodActions {
+                sandbox_id: "sb0".into(),
+                ..Default::default()
+            }
+        );
     }
 }

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub use k8s_openapi::jiff::Timestamp;
 
 use crate::podutil;
+use crate::prober::{probe_of, ProbeKind, ProbeResults};
 use crate::resources;
 use crate::runtime::actions::should_container_be_restarted;
 use crate::runtime::{ContainerState, ContainerStatus, PodRuntimeStatus};
@@ -30,6 +31,9 @@ pub struct StatusContext<'a> {
     pub start_time: Timestamp,
     /// The node's IP, reported as hostIP(s).
     pub host_ip: &'a str,
+    /// Startup and readiness results: a running container is started and ready only once its
+    /// probes say so (upstream `probeManager.UpdatePodStatus`).
+    pub probes: &'a ProbeResults,
 }
 
 /// Now, at the second precision API times carry (jiff is built without its clock here).
@@ -121,8 +125,19 @@ fn container_statuses(
                     st.container_id = Some(format!("{}://{}", cx.runtime_name, s.id));
                     st.image_id = s.image_ref.clone();
                     st.restart_count = s.restart_count;
-                    st.ready = s.state == ContainerState::Running;
-                    st.started = Some(s.state == ContainerState::Running);
+                    let running = s.state == ContainerState::Running;
+                    let started = cx.probes.is_started(
+                        &s.id,
+                        running,
+                        probe_of(c, ProbeKind::Startup).is_some(),
+                    );
+                    st.started = Some(started);
+                    st.ready = started
+                        && cx.probes.is_ready(
+                            &s.id,
+                            running,
+                            probe_of(c, ProbeKind::Readiness).is_some(),
+                        );
                     if let Some(p) = previous.filter(|p| p.state == ContainerState::Exited) {
                         st.last_state = Some(terminated_state(p, cx.runtime_name));
                     }
@@ -432,6 +447,16 @@ mod tests {
         reasons: &Reasons,
         old: Option<&PodStatus>,
     ) -> PodStatus {
+        gen_probed(p, rt, reasons, old, &ProbeResults::new())
+    }
+
+    fn gen_probed(
+        p: &Pod,
+        rt: &PodRuntimeStatus,
+        reasons: &Reasons,
+        old: Option<&PodStatus>,
+        probes: &ProbeResults,
+    ) -> PodStatus {
         let t = Timestamp::from_second(1_700_000_000).unwrap();
         generate(
             p,
@@ -443,6 +468,7 @@ mod tests {
                 runtime_name: "containerd",
                 start_time: t,
                 host_ip: "10.1.1.1",
+                probes,
             },
         )
     }
@@ -485,6 +511,56 @@ mod tests {
         assert_eq!(cs.container_id.as_deref(), Some("containerd://a-2"));
         assert!(cs.ready && cs.started == Some(true));
         assert_eq!(cs.image_id, "sha256:abc");
+    }
+
+    #[test]
+    fn probes_decide_started_and_ready() {
+        use crate::prober::ProbeResult;
+        use k8s_openapi::api::core::v1::{ExecAction, Probe};
+        let mut p = pod("Always", &[], &["a", "b"]);
+        let probe = Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["true".into()]),
+            }),
+            ..Default::default()
+        });
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].readiness_probe = probe.clone();
+        spec.containers[1].startup_probe = probe;
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![
+                ctr(&p, "a", Running, 0, 2, 0),
+                ctr(&p, "b", Running, 0, 1, 0),
+            ],
+        };
+        let flags = |s: &PodStatus| -> Vec<(bool, Option<bool>)> {
+            s.container_statuses
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|c| (c.ready, c.started))
+                .collect()
+        };
+        // No results yet: a has not passed readiness, b has not passed startup.
+        let mut probes = ProbeResults::new();
+        let s = gen_probed(&p, &rt, &Reasons::new(), None, &probes);
+        assert_eq!(flags(&s), [(false, Some(true)), (false, Some(false))]);
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert_eq!(
+            cond(&s, "ContainersReady").message.as_deref(),
+            Some("containers with unready status: [a b]")
+        );
+        probes.set("u", "a-2", ProbeKind::Readiness, ProbeResult::Success);
+        probes.set("u", "b-1", ProbeKind::Startup, ProbeResult::Success);
+        let s = gen_probed(&p, &rt, &Reasons::new(), None, &probes);
+        assert_eq!(flags(&s), [(true, Some(true)), (true, Some(true))]);
+        assert_eq!(cond(&s, "Ready").status, "True");
+        // A result for an earlier instance of the container does not count.
+        let mut stale = ProbeResults::new();
+        stale.set("u", "a-1", ProbeKind::Readiness, ProbeResult::Success);
+        let s = gen_probed(&p, &rt, &Reasons::new(), None, &stale);
+        assert!(!flags(&s)[0].0);
     }
 
     #[test]

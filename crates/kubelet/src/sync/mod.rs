@@ -15,6 +15,7 @@ use crate::backoff::Backoff;
 use crate::events::{self, EventType, Recorder};
 use crate::images::ImageManager;
 use crate::podutil;
+use crate::prober::{self, ContainerInfo, ProbeHandle, ProbeKind, ProbeResults, RunState};
 use crate::runtime::container;
 use crate::runtime::manager::StartFailure;
 use crate::runtime::{
@@ -90,6 +91,10 @@ pub struct SyncContext {
     /// The node's IP for pods' hostIP; empty in standalone mode without one.
     pub node_ip: String,
     pub recorder: Recorder,
+    /// Tells the prober which container instances run, so it probes the current ones.
+    pub prober: ProbeHandle,
+    /// The latest probe results, kept by the SyncLoop from the prober's result stream.
+    pub probes: tokio::sync::watch::Receiver<Arc<ProbeResults>>,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -139,7 +144,10 @@ async fn publish(
     pod: &Arc<Pod>,
     rt: &PodRuntimeStatus,
 ) -> PodStatus {
+    feed_prober(ctx, pod, rt);
+    let probes = ctx.probes.borrow().clone();
     let cx = StatusContext {
+        probes: &probes,
         reasons: &state.reasons,
         old: state.last_status.as_ref(),
         now: compute::now(),
@@ -153,6 +161,46 @@ async fn publish(
         state.last_status = Some(status.clone());
     }
     status
+}
+
+/// Upstream hands the prober the pod status on every status computation; ours gets each
+/// container's current instance (the newest with its name), which is what its workers probe.
+fn feed_prober(ctx: &SyncContext, pod: &Arc<Pod>, rt: &PodRuntimeStatus) {
+    let has_probes = prober::probed_containers(pod).any(|(c, _)| {
+        ProbeKind::ALL
+            .iter()
+            .any(|k| prober::probe_of(c, *k).is_some())
+    });
+    if !has_probes {
+        return;
+    }
+    ctx.prober.add_pod(pod.clone());
+    let pod_ip = rt.pod_ips().into_iter().next();
+    let uid = podutil::uid(pod);
+    let mut seen = std::collections::HashSet::new();
+    // Newest first, so the first of each name is the current instance.
+    for c in &rt.containers {
+        if !seen.insert(c.name.as_str()) {
+            continue;
+        }
+        let state = match c.state {
+            ContainerState::Running => RunState::Running {
+                started_at: SystemTime::UNIX_EPOCH
+                    + Duration::from_nanos(c.started_at.max(0) as u64),
+            },
+            ContainerState::Exited => RunState::Terminated,
+            _ => RunState::Waiting,
+        };
+        ctx.prober.update_container(
+            uid,
+            &c.name,
+            ContainerInfo {
+                id: c.id.clone(),
+                state,
+                pod_ip: pod_ip.clone(),
+            },
+        );
+    }
 }
 
 fn is_terminal(s: &PodStatus) -> bool {
@@ -265,7 +313,8 @@ async fn execute(
     rt: &PodRuntimeStatus,
 ) -> Option<Duration> {
     let who = podutil::describe(pod);
-    let actions = compute_pod_actions(pod, rt);
+    let probes = ctx.probes.borrow().clone();
+    let actions = compute_pod_actions(pod, rt, &probes);
     let mut retry: Option<Duration> = None;
     let mut want_retry = |d: Duration| retry = Some(retry.map_or(d, |r: Duration| r.min(d)));
 
@@ -302,8 +351,19 @@ async fn execute(
     }
     for k in &actions.containers_to_kill {
         info!(pod = %who, container = %k.name, "{}", k.message);
-        record_killing(ctx, pod, std::iter::once(k.name.as_str()));
-        if let Err(e) = ctx.runtime.stop_container(&k.id, grace(pod)).await {
+        // Upstream killContainer: the reason for the kill is the Killing event's message.
+        ctx.recorder.pod_event(
+            pod,
+            Some(field_path(&k.name, is_init_name(pod, &k.name))),
+            EventType::Normal,
+            events::KILLING_CONTAINER,
+            k.message.clone(),
+        );
+        let g = k
+            .grace_override
+            .map(|g| Duration::from_secs(g.max(0) as u64))
+            .unwrap_or_else(|| grace(pod));
+        if let Err(e) = ctx.runtime.stop_container(&k.id, g).await {
             warn!(pod = %who, container = %k.name, error = %e, "failed to stop container");
             want_retry(ERROR_RETRY);
         }
@@ -530,6 +590,8 @@ pub async fn terminate_pod(
     let rt = ctx.runtime.pod_status(podutil::uid(pod)).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
     info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
+    ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
     ctx.runtime.kill_pod(&rt, g).await?;
     if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {

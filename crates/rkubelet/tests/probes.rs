@@ -1,0 +1,189 @@
+//! Liveness, readiness and startup probes against a real containerd: exec through CRI ExecSync,
+//! httpGet and tcpSocket against the pod IP, seen through the read-only `/pods` status.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+fn probed_pod(name: &str, script: &str, probes: &str) -> String {
+    let mut m = simple_pod(name, "Always", script);
+    m.push_str(probes);
+    m
+}
+
+fn status_of(p: &Pod) -> ContainerStatus {
+    container_status(p, "main").clone()
+}
+
+#[tokio::test]
+async fn failing_liveness_probes_restart_the_container() {
+    let mut env = Env::new(131);
+    env.start_kubelet();
+    // Healthy for 3 s, then the exec probe fails; the tcp container never listens.
+    env.write_manifest(
+        "exec.yaml",
+        &probed_pod(
+            "exec",
+            "touch /tmp/healthy; sleep 3; rm /tmp/healthy; sleep 600",
+            r#"    livenessProbe:
+      exec: {command: ["cat", "/tmp/healthy"]}
+      periodSeconds: 1
+      failureThreshold: 2
+"#,
+        ),
+    );
+    env.write_manifest(
+        "tcp.yaml",
+        &probed_pod(
+            "tcp",
+            SLEEPER,
+            r#"    livenessProbe:
+      tcpSocket: {port: 8081}
+      initialDelaySeconds: 2
+      periodSeconds: 1
+      failureThreshold: 1
+"#,
+        ),
+    );
+    let started = Instant::now();
+    let s = env.wait_pod(
+        "exec",
+        Duration::from_secs(40),
+        "restarted after the liveness probe failed",
+        |p| Some(status_of(p)).filter(|s| s.restart_count >= 1),
+    );
+    let t = started.elapsed();
+    // Not before the file went away (3 s) and two failures; the runtime kill is immediate.
+    assert!(t > Duration::from_secs(4), "restarted after {t:?}");
+    let last = s.last_state.unwrap().terminated.unwrap();
+    // The container ignores SIGTERM (no trap): killed after the 2 s grace period.
+    assert_eq!(last.exit_code, 137, "{last:?}");
+    assert!(env
+        .kubelet_log()
+        .contains("Container main failed liveness probe, will be restarted"));
+
+    env.wait_pod(
+        "tcp",
+        Duration::from_secs(30),
+        "restarted after the tcp liveness probe failed",
+        |p| Some(status_of(p)).filter(|s| s.restart_count >= 1),
+    );
+    // Restarts keep coming and the count only grows (under CrashLoopBackOff between them).
+    let mut last = 0;
+    for _ in 0..20 {
+        let n = status_of(&env.pod("exec").unwrap()).restart_count;
+        assert!(n >= last, "restartCount went from {last} to {n}");
+        last = n;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[tokio::test]
+async fn readiness_follows_the_http_probe_and_never_restarts() {
+    let mut env = Env::new(132);
+    env.start_kubelet();
+    // The server comes up after 4 s; the probe polls every second.
+    env.write_manifest(
+        "web.yaml",
+        &probed_pod(
+            "web",
+            "mkdir -p /www && echo ok > /www/index.html; sleep 4; exec httpd -f -p 8080 -h /www",
+            r#"    ports:
+    - {name: http, containerPort: 8080}
+    readinessProbe:
+      httpGet: {path: /index.html, port: http}
+      periodSeconds: 1
+"#,
+        ),
+    );
+    let p = env.wait_pod("web", Duration::from_secs(30), "container running", |p| {
+        let s = status_of(p);
+        s.state.as_ref()?.running.as_ref()?;
+        Some(p.clone())
+    });
+    let s = status_of(&p);
+    assert!(!s.ready, "ready before the server listens: {s:?}");
+    let ready = |p: &Pod| {
+        p.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.clone())
+    };
+    assert_eq!(ready(&p).as_deref(), Some("False"));
+    let p = env.wait_pod("web", Duration::from_secs(30), "ready", |p| {
+        status_of(p).ready.then(|| p.clone())
+    });
+    assert_eq!(ready(&p).as_deref(), Some("True"));
+    assert_eq!(status_of(&p).restart_count, 0);
+
+    // The server goes away: not ready again, and readiness never restarts anything.
+    let ip = p.status.unwrap().pod_ip.unwrap();
+    let cri = env.cri();
+    let id = status_of(&env.pod("web").unwrap())
+        .container_id
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let out = cri
+        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
+            container_id: id,
+            cmd: vec!["rm".into(), "/www/index.html".into()],
+            timeout: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    let p = env.wait_pod("web", Duration::from_secs(20), "unready after 404", |p| {
+        (!status_of(p).ready).then(|| p.clone())
+    });
+    assert_eq!(ready(&p).as_deref(), Some("False"));
+    assert_eq!(status_of(&p).restart_count, 0);
+    assert!(
+        http_get(&ip, 8080, "/").is_ok(),
+        "the server itself still runs"
+    );
+}
+
+#[tokio::test]
+async fn startup_probe_holds_liveness_off() {
+    let mut env = Env::new(133);
+    env.start_kubelet();
+    // Starts slowly: the liveness probe would fail for the first 5 s, but the startup probe
+    // gates it, so the container is never restarted.
+    env.write_manifest(
+        "slow.yaml",
+        &probed_pod(
+            "slow",
+            "sleep 5; touch /tmp/up; sleep 600",
+            r#"    startupProbe:
+      exec: {command: ["test", "-f", "/tmp/up"]}
+      periodSeconds: 1
+      failureThreshold: 30
+    livenessProbe:
+      exec: {command: ["test", "-f", "/tmp/up"]}
+      periodSeconds: 1
+      failureThreshold: 1
+"#,
+        ),
+    );
+    let p = env.wait_pod("slow", Duration::from_secs(30), "container running", |p| {
+        let s = status_of(p);
+        s.state.as_ref()?.running.as_ref()?;
+        Some(p.clone())
+    });
+    let s = status_of(&p);
+    assert_eq!((s.started, s.ready), (Some(false), false), "{s:?}");
+    let s = env.wait_pod("slow", Duration::from_secs(30), "started", |p| {
+        Some(status_of(p)).filter(|s| s.started == Some(true))
+    });
+    assert!(s.ready, "no readiness probe: ready once started");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(status_of(&env.pod("slow").unwrap()).restart_count, 0);
+    assert!(!env.kubelet_log().contains("failed liveness probe"));
+}
