@@ -14,8 +14,15 @@ fn probed_pod(name: &str, script: &str, probes: &str) -> String {
     m
 }
 
+/// The container's status, or an empty one before the first status (wait_pod polls from the
+/// moment the pod shows up).
 fn status_of(p: &Pod) -> ContainerStatus {
-    container_status(p, "main").clone()
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|v| v.iter().find(|c| c.name == "main"))
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[tokio::test]

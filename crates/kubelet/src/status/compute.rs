@@ -36,6 +36,25 @@ pub struct StatusContext<'a> {
     pub probes: &'a ProbeResults,
 }
 
+/// Upstream `activeDeadlineHandler`'s reason and message.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+pub const DEADLINE_EXCEEDED_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
+/// How long the pod may still be active under `activeDeadlineSeconds`, counted from when the
+/// kubelet first saw it (its `startTime`, as upstream); None without a deadline.
+pub fn active_deadline_left(
+    pod: &Pod,
+    start: Timestamp,
+    now: Timestamp,
+) -> Option<std::time::Duration> {
+    let allowed = pod.spec.as_ref()?.active_deadline_seconds?;
+    let elapsed = now.as_second() - start.as_second();
+    Some(std::time::Duration::from_secs(
+        allowed.saturating_sub(elapsed).max(0) as u64,
+    ))
+}
+
 /// Now, at the second precision API times carry (jiff is built without its clock here).
 pub fn now() -> Timestamp {
     let secs = std::time::SystemTime::now()
@@ -356,8 +375,23 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
         ),
     ];
 
+    // Upstream's pod sync handlers (the active deadline) override the phase of an active pod.
+    let deadline_exceeded = phase != "Succeeded"
+        && phase != "Failed"
+        && active_deadline_left(pod, cx.start_time, cx.now).is_some_and(|d| d.is_zero());
+    let (phase, reason, message) = if deadline_exceeded {
+        (
+            "Failed",
+            Some(DEADLINE_EXCEEDED.to_string()),
+            Some(DEADLINE_EXCEEDED_MESSAGE.to_string()),
+        )
+    } else {
+        (phase, None, None)
+    };
     PodStatus {
         phase: Some(phase.into()),
+        reason,
+        message,
         conditions: Some(conditions),
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
@@ -561,6 +595,72 @@ mod tests {
         stale.set("u", "a-1", ProbeKind::Readiness, ProbeResult::Success);
         let s = gen_probed(&p, &rt, &Reasons::new(), None, &stale);
         assert!(!flags(&s)[0].0);
+    }
+
+    #[test]
+    fn active_deadline_fails_an_active_pod() {
+        let mut p = pod("Always", &[], &["a"]);
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&p, "a", Running, 0, 2, 0)],
+        };
+        let t = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
+        assert_eq!(
+            active_deadline_left(&p, t(0), t(10)),
+            Some(std::time::Duration::from_secs(20))
+        );
+        assert_eq!(
+            active_deadline_left(&p, t(0), t(99)),
+            Some(std::time::Duration::ZERO)
+        );
+        let probes = ProbeResults::new();
+        let gen_at = |now: i64, rt: &PodRuntimeStatus| {
+            generate(
+                &p,
+                rt,
+                &StatusContext {
+                    reasons: &Reasons::new(),
+                    old: None,
+                    now: t(now),
+                    runtime_name: "containerd",
+                    start_time: t(0),
+                    host_ip: "",
+                    probes: &probes,
+                },
+            )
+        };
+        assert_eq!(gen_at(29, &rt).phase.as_deref(), Some("Running"));
+        let s = gen_at(30, &rt);
+        assert_eq!(
+            (s.phase.as_deref(), s.reason.as_deref()),
+            (Some("Failed"), Some("DeadlineExceeded"))
+        );
+        // A pod that already succeeded keeps its phase.
+        let done = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&p, "a", Exited, 0, 2, 0)],
+        };
+        let mut never = p.clone();
+        never.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+        let s = generate(
+            &never,
+            &done,
+            &StatusContext {
+                reasons: &Reasons::new(),
+                old: None,
+                now: t(99),
+                runtime_name: "containerd",
+                start_time: t(0),
+                host_ip: "",
+                probes: &probes,
+            },
+        );
+        assert_eq!((s.phase.as_deref(), s.reason), (Some("Succeeded"), None));
+        assert_eq!(
+            active_deadline_left(&pod("Always", &[], &["a"]), t(0), t(5)),
+            None
+        );
     }
 
     #[test]

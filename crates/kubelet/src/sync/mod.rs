@@ -24,6 +24,8 @@ use crate::runtime::{
 use crate::status::compute::{self, Reasons, StatusContext};
 use crate::status::StatusHandle;
 
+mod hooks;
+
 /// Upstream's pod worker retry period after a failed sync (`backOffPeriod`).
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);
 
@@ -39,6 +41,7 @@ pub enum Reason {
     CreateContainerConfigError,
     CreateContainerError,
     RunContainerError,
+    PostStartHookError,
 }
 
 impl Reason {
@@ -53,6 +56,7 @@ impl Reason {
             Reason::CreateContainerConfigError => "CreateContainerConfigError",
             Reason::CreateContainerError => "CreateContainerError",
             Reason::RunContainerError => "RunContainerError",
+            Reason::PostStartHookError => "PostStartHookError",
         }
     }
 }
@@ -156,6 +160,18 @@ async fn publish(
         host_ip: &ctx.node_ip,
     };
     let status = compute::generate(pod, rt, &cx);
+    let reason = |s: Option<&PodStatus>| s.and_then(|s| s.reason.clone());
+    if reason(Some(&status)).as_deref() == Some(compute::DEADLINE_EXCEEDED)
+        && reason(state.last_status.as_ref()).as_deref() != Some(compute::DEADLINE_EXCEEDED)
+    {
+        ctx.recorder.pod_event(
+            pod,
+            None,
+            EventType::Normal,
+            compute::DEADLINE_EXCEEDED,
+            compute::DEADLINE_EXCEEDED_MESSAGE.into(),
+        );
+    }
     if state.last_status.as_ref() != Some(&status) {
         ctx.status.set(pod.clone(), status.clone()).await;
         state.last_status = Some(status.clone());
@@ -262,9 +278,15 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
             };
         }
     }
+    // Sync again when the active deadline ends, so the pod fails on time.
+    let deadline = compute::active_deadline_left(pod, state.first_seen, compute::now())
+        .map(|d| d + Duration::from_millis(500));
     SyncOutcome {
         terminal: false,
-        retry_after: retry,
+        retry_after: match (retry, deadline) {
+            (Some(r), Some(d)) => Some(r.min(d)),
+            (r, d) => r.or(d),
+        },
     }
 }
 
@@ -334,7 +356,7 @@ async fn execute(
             info!(pod = %who, "no containers should run; stopping the pod");
         }
         record_killing(ctx, pod, running_names(rt));
-        if let Err(e) = ctx.runtime.kill_pod(rt, grace(pod)).await {
+        if let Err(e) = hooks::kill_pod(ctx, pod, rt, grace(pod)).await {
             warn!(pod = %who, error = %e, "failed to kill pod");
             ctx.recorder.pod_event(
                 pod,
@@ -363,7 +385,8 @@ async fn execute(
             .grace_override
             .map(|g| Duration::from_secs(g.max(0) as u64))
             .unwrap_or_else(|| grace(pod));
-        if let Err(e) = ctx.runtime.stop_container(&k.id, g).await {
+        let ip = rt.pod_ips().into_iter().next();
+        if let Err(e) = hooks::stop_container(ctx, pod, &k.id, &k.name, g, ip.as_deref()).await {
             warn!(pod = %who, container = %k.name, error = %e, "failed to stop container");
             want_retry(ERROR_RETRY);
         }
@@ -454,6 +477,10 @@ async fn execute(
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
 /// `Failed` with `Error: <reason>` for image errors and `Error: <message>` for the rest.
 fn record_start_error(ctx: &SyncContext, pod: &Pod, name: &str, is_init: bool, e: &StartError) {
+    if e.reason == Reason::PostStartHookError {
+        // Already recorded as FailedPostStartHook, as upstream does.
+        return;
+    }
     let fp = Some(field_path(name, is_init));
     let (reason, message) = match e.reason {
         Reason::CrashLoopBackOff => (
@@ -555,6 +582,10 @@ async fn start_container(
                 events::STARTED_CONTAINER,
                 format!("Started container {}", c.name),
             );
+            // Not Running-ready before the hook finished: the worker publishes no status meanwhile.
+            hooks::post_start(ctx, pod, c, is_init, &id, ip)
+                .await
+                .map_err(|m| StartError::new(Reason::PostStartHookError, m))?;
             Ok(id)
         }
         Err(StartFailure::Create(m)) => Err(StartError::new(Reason::CreateContainerError, m)),
@@ -593,7 +624,7 @@ pub async fn terminate_pod(
     // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
-    ctx.runtime.kill_pod(&rt, g).await?;
+    hooks::kill_pod(ctx, pod, &rt, g).await?;
     if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
         publish(ctx, state, pod, &rt).await;
     }

@@ -1,0 +1,181 @@
+//! Container lifecycle hooks (upstream `pkg/kubelet/lifecycle/handlers.go` and the hook parts of
+//! `kuberuntime_container.go`): postStart right after StartContainer, preStop before
+//! StopContainer, counted against the grace period.
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use tracing::{info, warn};
+
+use super::{field_path, SyncContext};
+use crate::events::{self, EventType};
+use crate::podutil;
+use crate::prober::handlers::{exec_probe, expand_command};
+use crate::prober::http::{HttpProber, HttpTarget};
+use crate::prober::Outcome;
+use crate::runtime::{ContainerState, PodRuntimeStatus, RuntimeError};
+
+/// Upstream `minimumGracePeriodInSeconds`: what a container gets after a long preStop hook.
+const MIN_GRACE: Duration = Duration::from_secs(2);
+/// A postStart hook has no timeout of its own upstream; the runtime request timeout bounds exec.
+const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs one hook handler; `Err` carries upstream's event message.
+async fn run_handler(
+    ctx: &SyncContext,
+    pod: &Pod,
+    c: &Container,
+    container_id: &str,
+    h: &LifecycleHandler,
+    pod_ip: Option<&str>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let who = podutil::describe(pod);
+    if let Some(exec) = &h.exec {
+        let cmd = exec.command.clone().unwrap_or_default();
+        let expanded = expand_command(&cmd, c.env.as_deref().unwrap_or_default());
+        return match exec_probe(&ctx.runtime.cri, container_id, expanded, timeout).await {
+            Ok((Outcome::Success, _)) => Ok(()),
+            Ok((_, out)) => Err(format!(
+                "Exec lifecycle hook ({cmd:?}) for Container {:?} in Pod {who:?} failed - error: command exited non-zero or timed out, message: {out:?}",
+                c.name
+            )),
+            Err(e) => Err(format!(
+                "Exec lifecycle hook ({cmd:?}) for Container {:?} in Pod {who:?} failed - error: {e}, message: \"\"",
+                c.name
+            )),
+        };
+    }
+    if let Some(get) = &h.http_get {
+        let path = get.path.clone().unwrap_or_default();
+        let fail = |e: String| {
+            format!(
+                "HTTP lifecycle hook ({path}) for Container {:?} in Pod {who:?} failed - error: {e}",
+                c.name
+            )
+        };
+        let target = HttpTarget::from_action(get, c, pod_ip).map_err(|e| fail(e.to_string()))?;
+        return match HttpProber::new().probe(&target, timeout).await {
+            Ok((Outcome::Success | Outcome::Warning, _)) => Ok(()),
+            Ok((_, out)) => Err(fail(out)),
+            Err(e) => Err(fail(e.to_string())),
+        };
+    }
+    if let Some(sleep) = &h.sleep {
+        let d = Duration::from_secs(sleep.seconds.max(0) as u64);
+        tokio::time::sleep(d.min(timeout)).await;
+        return Ok(());
+    }
+    Err(format!(
+        "Lifecycle hook for Container {:?} in Pod {who:?} has no handler (exec, httpGet or sleep)",
+        c.name
+    ))
+}
+
+fn spec_of<'a>(pod: &'a Pod, name: &str) -> Option<(&'a Container, bool)> {
+    podutil::containers(pod)
+        .iter()
+        .map(|c| (c, false))
+        .chain(podutil::init_containers(pod).iter().map(|c| (c, true)))
+        .find(|(c, _)| c.name == name)
+}
+
+/// Upstream: a failed postStart hook is a Warning event, and the container is killed so that it
+/// restarts per policy. `Err` is the message the container waits with (`PostStartHookError`).
+pub async fn post_start(
+    ctx: &SyncContext,
+    pod: &Pod,
+    c: &Container,
+    is_init: bool,
+    container_id: &str,
+    pod_ip: &str,
+) -> Result<(), String> {
+    let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+        return Ok(());
+    };
+    let ip = (!pod_ip.is_empty()).then_some(pod_ip);
+    let Err(msg) = run_handler(ctx, pod, c, container_id, h, ip, POST_START_TIMEOUT).await else {
+        return Ok(());
+    };
+    let fp = Some(field_path(&c.name, is_init));
+    warn!(pod = %podutil::describe(pod), container = %c.name, "{msg}");
+    ctx.recorder.pod_event(
+        pod,
+        fp.clone(),
+        EventType::Warning,
+        events::FAILED_POST_START_HOOK,
+        msg.clone(),
+    );
+    ctx.recorder.pod_event(
+        pod,
+        fp,
+        EventType::Normal,
+        events::KILLING_CONTAINER,
+        "FailedPostStartHook".into(),
+    );
+    if let Err(e) = ctx
+        .runtime
+        .stop_container(container_id, super::grace(pod))
+        .await
+    {
+        warn!(pod = %podutil::describe(pod), container = %c.name, error = %e, "failed to kill container after its postStart hook failed");
+    }
+    Err(msg)
+}
+
+/// Upstream `killContainer`: the preStop hook first (bounded by the grace period, which it uses
+/// up), then StopContainer with what is left, at least 2 s.
+pub async fn stop_container(
+    ctx: &SyncContext,
+    pod: &Pod,
+    container_id: &str,
+    name: &str,
+    grace: Duration,
+    pod_ip: Option<&str>,
+) -> Result<(), RuntimeError> {
+    let mut grace = grace;
+    let spec = spec_of(pod, name);
+    let hook = spec.and_then(|(c, init)| Some((c, init, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+    if let Some((c, is_init, h)) = hook.filter(|_| !grace.is_zero()) {
+        let started = Instant::now();
+        info!(pod = %podutil::describe(pod), container = %name, grace = ?grace, "running preStop hook");
+        let run = run_handler(ctx, pod, c, container_id, h, pod_ip, grace);
+        match tokio::time::timeout(grace, run).await {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => ctx.recorder.pod_event(
+                pod,
+                Some(field_path(name, is_init)),
+                EventType::Warning,
+                events::FAILED_PRE_STOP_HOOK,
+                msg,
+            ),
+            Err(_) => {
+                info!(pod = %podutil::describe(pod), container = %name, "preStop hook did not finish within the grace period")
+            }
+        }
+        grace = grace.saturating_sub(started.elapsed()).max(MIN_GRACE);
+    }
+    ctx.runtime.stop_container(container_id, grace).await
+}
+
+/// Upstream `killPodWithSyncResult`: every running container through [`stop_container`] at once
+/// (hooks in parallel), then the sandbox.
+pub async fn kill_pod(
+    ctx: &SyncContext,
+    pod: &Pod,
+    rt: &PodRuntimeStatus,
+    grace: Duration,
+) -> Result<(), RuntimeError> {
+    let ip = rt.pod_ips().into_iter().next();
+    let stops = rt
+        .containers
+        .iter()
+        .filter(|c| c.state == ContainerState::Running)
+        .map(|c| stop_container(ctx, pod, &c.id, &c.name, grace, ip.as_deref()));
+    let first_err = join_all(stops).await.into_iter().find_map(Result::err);
+    // Stops what is left (created or unknown containers, the sandbox); containers stopped above
+    // are already exited, so their second StopContainer returns at once.
+    ctx.runtime.kill_pod(rt, grace).await?;
+    first_err.map_or(Ok(()), Err)
+}

@@ -1,0 +1,212 @@
+//! Lifecycle hooks and the active deadline against a real containerd. Hooks are observed by a
+//! server pod (busybox httpd -vv logs every URL it is asked for).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+
+/// A web server that logs each request's URL and answers 200 for the given paths.
+const SERVER: &str = "mkdir -p /www; for p in post-http pre-http pre-exec; do echo ok > /www/$p; done; exec httpd -f -vv -p 8080 -h /www";
+
+fn server_log(env: &Env, pod: &Pod) -> String {
+    let dir = env.logs.join(format!(
+        "default_{}_{}/main/0.log",
+        pod.metadata.name.as_deref().unwrap(),
+        uid(pod)
+    ));
+    std::fs::read_to_string(dir).unwrap_or_default()
+}
+
+fn with_lifecycle(name: &str, script: &str, grace: u32, lifecycle: &str) -> String {
+    simple_pod(name, "Always", script).replace(
+        "terminationGracePeriodSeconds: 2",
+        &format!("terminationGracePeriodSeconds: {grace}"),
+    ) + lifecycle
+}
+
+async fn exec_in(env: &Env, pod: &Pod, cmd: &[&str]) -> (i32, String) {
+    let id = container_status(pod, "main")
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let out = env
+        .cri()
+        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
+            container_id: id,
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 5,
+        })
+        .await
+        .unwrap();
+    (
+        out.exit_code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn hooks_run_and_are_observed_by_a_server() {
+    let mut env = Env::new(134);
+    env.start_kubelet();
+    env.write_manifest("server.yaml", &simple_pod("server", "Always", SERVER));
+    let server = env.wait_running("server");
+    let ip = server.status.as_ref().unwrap().pod_ip.clone().unwrap();
+
+    // postStart: an exec hook that takes 3 s (the container is not ready before it is done) and
+    // an httpGet one in a second pod; preStop: exec and httpGet.
+    env.write_manifest(
+        "client.yaml",
+        &with_lifecycle(
+            "client",
+            SLEEPER,
+            10,
+            &format!(
+                r#"    lifecycle:
+      postStart:
+        exec: {{command: ["sh", "-c", "sleep 3; touch /tmp/post-start-done"]}}
+      preStop:
+        exec: {{command: ["wget", "-q", "-O", "/dev/null", "http://{ip}:8080/pre-exec"]}}
+"#
+            ),
+        ),
+    );
+    env.write_manifest(
+        "webhooks.yaml",
+        &with_lifecycle(
+            "webhooks",
+            SLEEPER,
+            10,
+            &format!(
+                r#"    lifecycle:
+      postStart:
+        httpGet: {{host: "{ip}", port: 8080, path: /post-http}}
+      preStop:
+        httpGet: {{host: "{ip}", port: 8080, path: /pre-http}}
+"#
+            ),
+        ),
+    );
+    let client = env.wait_pod("client", Duration::from_secs(30), "client running", |p| {
+        let cs = container_status(p, "main");
+        cs.state.as_ref()?.running.as_ref()?;
+        Some(p.clone())
+    });
+    // The status says running only once the hook finished.
+    let (code, _) = exec_in(&env, &client, &["test", "-f", "/tmp/post-start-done"]).await;
+    assert_eq!(code, 0, "running before the postStart hook finished");
+    env.wait_running("webhooks");
+    assert!(
+        server_log(&env, &server).contains("url:/post-http"),
+        "{}",
+        server_log(&env, &server)
+    );
+
+    // Removing the pods runs their preStop hooks before the containers stop.
+    let t = Instant::now();
+    env.remove_manifest("client.yaml");
+    env.remove_manifest("webhooks.yaml");
+    wait_until(Duration::from_secs(30), "hooked pods gone", || {
+        (env.pod("client").is_none() && env.pod("webhooks").is_none()).then_some(())
+    });
+    let log = server_log(&env, &server);
+    assert!(log.contains("url:/pre-exec"), "{log}");
+    assert!(log.contains("url:/pre-http"), "{log}");
+    // The hooks succeeded quickly; SLEEPER exits on SIGTERM: far less than the 10 s grace.
+    assert!(
+        t.elapsed() < Duration::from_secs(9),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(!env.kubelet_log().contains("FailedPreStopHook"));
+}
+
+#[tokio::test]
+async fn failing_post_start_hook_kills_the_container() {
+    let mut env = Env::new(135);
+    env.start_kubelet();
+    env.write_manifest(
+        "bad.yaml",
+        &with_lifecycle(
+            "bad",
+            SLEEPER,
+            2,
+            r#"    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "exit 3"]}
+"#,
+        ),
+    );
+    env.wait_pod(
+        "bad",
+        Duration::from_secs(40),
+        "restarted after the failed hook",
+        |p| {
+            let n = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .restart_count;
+            (n >= 1).then_some(())
+        },
+    );
+    let log = env.kubelet_log();
+    assert!(log.contains("Exec lifecycle hook"), "{}", tail(&log, 20));
+    // It keeps failing: never ready, and waits with upstream's reasons between attempts.
+    let p = env.pod("bad").unwrap();
+    assert!(!container_status(&p, "main").ready);
+}
+
+#[tokio::test]
+async fn active_deadline_fails_the_pod() {
+    let mut env = Env::new(136);
+    env.start_kubelet();
+    let manifest = simple_pod("deadline", "Always", SLEEPER)
+        .replace("spec:\n", "spec:\n  activeDeadlineSeconds: 4\n");
+    env.write_manifest("deadline.yaml", &manifest);
+    let started = Instant::now();
+    env.wait_running("deadline");
+    let p = env.wait_pod("deadline", Duration::from_secs(20), "phase Failed", |p| {
+        let st = p.status.clone()?;
+        (st.phase.as_deref() == Some("Failed")).then_some(p.clone())
+    });
+    let took = started.elapsed();
+    let st = p.status.clone().unwrap();
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    // Its containers are stopped and it is never started again.
+    let u = uid(&p);
+    let begin = Instant::now();
+    loop {
+        let running = env
+            .containers_of(&u)
+            .await
+            .into_iter()
+            .any(|c| c.state == rkubelet_cri::api::ContainerState::ContainerRunning as i32);
+        if !running {
+            break;
+        }
+        assert!(begin.elapsed() < Duration::from_secs(10), "still running");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Failed is final: nothing is started again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(env
+        .containers_of(&u)
+        .await
+        .iter()
+        .all(|c| c.state != rkubelet_cri::api::ContainerState::ContainerRunning as i32));
+}
