@@ -5,7 +5,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{labels, ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::podutil;
-use crate::prober::{probe_grace_override, ProbeKind, ProbeResults};
+use crate::prober::{
+    is_restartable_init, probe_grace_override, probe_of, ProbeKind, ProbeResult, ProbeResults,
+};
 
 /// A container to stop, with why (logged and, later, an event).
 #[derive(Debug, Clone, PartialEq)]
@@ -27,8 +29,9 @@ pub struct PodActions {
     pub sandbox_id: String,
     /// Attempt number for a new sandbox.
     pub attempt: u32,
-    /// Index into `spec.initContainers` of the init container to start next.
-    pub next_init_container: Option<usize>,
+    /// Indexes into `spec.initContainers` to start, in order: the next init container to run,
+    /// and sidecars to (re)start.
+    pub init_containers_to_start: Vec<usize>,
     /// Indexes into `spec.containers`.
     pub containers_to_start: Vec<usize>,
     pub containers_to_kill: Vec<ContainerToKill>,
@@ -85,46 +88,153 @@ fn is_init_failed(s: &ContainerStatus) -> bool {
     (s.state == ContainerState::Exited && s.exit_code != 0) || s.state == ContainerState::Unknown
 }
 
-/// Upstream `findNextInitContainerToRun`: (last failed init status, next to run, done).
-fn next_init_container<'a>(
+/// Upstream `hasAnyRegularContainerCreated`: a regular container exists, so initialization
+/// finished at some point (a recreated sandbox then does not run init containers again for a pod
+/// that is done).
+fn any_regular_container_created(pod: &Pod, status: &PodRuntimeStatus) -> bool {
+    podutil::containers(pod).iter().any(|c| {
+        status.find(&c.name).is_some_and(|s| {
+            matches!(
+                s.state,
+                ContainerState::Created | ContainerState::Running | ContainerState::Exited
+            )
+        })
+    })
+}
+
+fn kill(s: &ContainerStatus, message: String, grace_override: Option<i64>) -> ContainerToKill {
+    ContainerToKill {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        message,
+        grace_override,
+    }
+}
+
+/// Upstream `computeInitContainerActions` (sidecar-aware, the only behaviour since 1.33): fills
+/// `init_containers_to_start` and the kills of sidecars that must restart; returns whether the pod
+/// is initialized, i.e. regular containers may be looked at.
+///
+/// Init containers are walked from the last one backwards, because completed init containers may
+/// have been removed from the runtime: the last one that left a trace tells how far we got.
+/// Sidecars (`restartPolicy: Always`) are kept running once started, even after initialization.
+fn compute_init_actions(
     pod: &Pod,
-    status: &'a PodRuntimeStatus,
-) -> (Option<&'a ContainerStatus>, Option<usize>, bool) {
+    status: &PodRuntimeStatus,
+    probes: &ProbeResults,
+    a: &mut PodActions,
+) -> bool {
     let inits = podutil::init_containers(pod);
     if inits.is_empty() {
-        return (None, None, true);
+        return true;
     }
-    // A running app container means initialization finished at some point.
-    if podutil::containers(pod).iter().any(|c| {
+    // A created or running regular container means every init container ran at some point.
+    let mut initialized = podutil::containers(pod).iter().any(|c| {
         status
             .find(&c.name)
-            .is_some_and(|s| s.state == ContainerState::Running)
-    }) {
-        return (None, None, true);
-    }
+            .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
+    });
+    let mut previously_initialized = initialized;
+    let restart_on_failure = should_restart_on_failure(pod);
+    let last = inits.len() - 1;
+    let mut to_start = Vec::new();
+
     for (i, c) in inits.iter().enumerate().rev() {
-        if let Some(s) = status.find(&c.name) {
-            if is_init_failed(s) {
-                return (Some(s), Some(i), false);
-            }
-        }
-    }
-    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_restartable_init(c);
         let Some(s) = status.find(&c.name) else {
+            // Gone from the runtime after initialization: only a sidecar must come back.
+            if previously_initialized && sidecar {
+                to_start.push(i);
+            }
             continue;
         };
-        match s.state {
-            ContainerState::Running => return (None, None, false),
-            ContainerState::Exited => {
-                if i == inits.len() - 1 {
-                    return (None, None, true);
-                }
-                return (None, Some(i + 1), false);
-            }
-            _ => {}
+        if previously_initialized && !sidecar {
+            continue;
         }
+        match s.state {
+            // Created but never started (the runtime failed to start it): start it again.
+            ContainerState::Created => to_start.push(i),
+            ContainerState::Running if sidecar => 'running: {
+                if probe_of(c, ProbeKind::Startup).is_some() {
+                    match probes.get(&s.id, ProbeKind::Startup) {
+                        // Not probed yet: wait for the startup probe before the next one.
+                        None | Some(ProbeResult::Unknown) => break 'running,
+                        Some(ProbeResult::Failure) => {
+                            a.containers_to_kill.push(kill(
+                                s,
+                                format!("Init container {} failed startup probe", c.name),
+                                probe_grace_override(pod, &c.name, ProbeKind::Startup),
+                            ));
+                            to_start.push(i);
+                            break 'running;
+                        }
+                        Some(ProbeResult::Success) => {}
+                    }
+                }
+                if i == last {
+                    initialized = true;
+                } else if !previously_initialized {
+                    to_start.push(i + 1);
+                }
+                if s.hash != labels::container_hash(c) {
+                    a.containers_to_kill.push(kill(
+                        s,
+                        format!("Init container {} definition changed", c.name),
+                        None,
+                    ));
+                    to_start.push(i);
+                    break 'running;
+                }
+                if probes.liveness_failed(&s.id) {
+                    a.containers_to_kill.push(kill(
+                        s,
+                        format!("Init container {} failed liveness probe", c.name),
+                        probe_grace_override(pod, &c.name, ProbeKind::Liveness),
+                    ));
+                    to_start.push(i);
+                }
+            }
+            // A regular init container still running: wait for it to finish.
+            ContainerState::Running => {}
+            ContainerState::Exited if sidecar => to_start.push(i),
+            ContainerState::Exited => {
+                if is_init_failed(s) {
+                    if !restart_on_failure {
+                        a.kill_pod = true;
+                        a.init_containers_to_start.clear();
+                        return false;
+                    }
+                    to_start.push(i);
+                } else if i == last {
+                    initialized = true;
+                } else {
+                    to_start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    a.kill_pod = true;
+                    a.init_containers_to_start.clear();
+                    return false;
+                }
+                a.containers_to_kill.push(kill(
+                    s,
+                    "Init container is in \"unknown\" state, try killing it before restart".into(),
+                    None,
+                ));
+                to_start.push(i);
+            }
+        }
+        previously_initialized = true;
     }
-    (None, Some(0), false)
+    if !previously_initialized {
+        // Nothing ran yet: start with the first.
+        to_start.push(0);
+    }
+    // Walked backwards; start in spec order.
+    to_start.reverse();
+    a.init_containers_to_start = to_start;
+    initialized
 }
 
 /// Decides what the sync must do. `probes` holds the liveness and startup results that make a
@@ -159,38 +269,22 @@ pub fn compute_pod_actions(
             })
             .map(|(i, _)| i)
             .collect();
-        if inits.is_empty() && to_start.is_empty() {
+        // Every regular container succeeded under OnFailure: the pod is done, no new sandbox.
+        if to_start.is_empty() && (inits.is_empty() || any_regular_container_created(pod, status)) {
             a.create_sandbox = false;
             return a;
         }
+        // A new sandbox runs initialization again from the first init container.
         if !inits.is_empty() {
-            a.next_init_container = Some(0);
+            a.init_containers_to_start = vec![0];
             return a;
         }
         a.containers_to_start = to_start;
         return a;
     }
 
-    let (init_last, next, done) = next_init_container(pod, status);
-    if !done {
-        if let Some(next) = next {
-            let failed = init_last.is_some_and(is_init_failed);
-            if failed && !should_restart_on_failure(pod) {
-                a.kill_pod = true;
-            } else {
-                if let Some(s) = init_last.filter(|s| s.state == ContainerState::Unknown) {
-                    a.containers_to_kill.push(ContainerToKill {
-                        id: s.id.clone(),
-                        name: s.name.clone(),
-                        message:
-                            "Init container is in unknown state, try killing it before restart"
-                                .into(),
-                        grace_override: None,
-                    });
-                }
-                a.next_init_container = Some(next);
-            }
-        }
+    let initialized = compute_init_actions(pod, status, probes, &mut a);
+    if a.kill_pod || !initialized {
         return a;
     }
 
@@ -251,7 +345,9 @@ pub fn compute_pod_actions(
         }
     }
     if keep == 0 && a.containers_to_start.is_empty() {
+        // Nothing regular runs or will: stop the pod, sidecars included, and do not restart them.
         a.kill_pod = true;
+        a.init_containers_to_start.clear();
     }
     a
 }
@@ -479,7 +575,7 @@ mod tests {
                 want: |_| PodActions {
                     kill_pod: true,
                     create_sandbox: true,
-                    next_init_container: Some(0),
+                    init_containers_to_start: vec![0],
                     ..Default::default()
                 },
             },
@@ -492,7 +588,7 @@ mod tests {
                 },
                 want: |_| PodActions {
                     sandbox_id: "sb0".into(),
-                    next_init_container: Some(1),
+                    init_containers_to_start: vec![1],
                     ..Default::default()
                 },
             },
@@ -517,7 +613,7 @@ mod tests {
                 },
                 want: |_| PodActions {
                     sandbox_id: "sb0".into(),
-                    next_init_container: Some(0),
+                    init_containers_to_start: vec![0],
                     ..Default::default()
                 },
             },
@@ -557,6 +653,167 @@ mod tests {
                 c.name
             );
         }
+    }
+
+    /// Marks init containers whose names start with `side` as sidecars (restartPolicy Always).
+    fn sidecar_pod(policy: &str, inits: &[&str], containers: &[&str]) -> Pod {
+        let mut p = pod(policy, inits, containers);
+        for c in p
+            .spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .iter_mut()
+            .flatten()
+        {
+            if c.name.starts_with("side") {
+                c.restart_policy = Some("Always".into());
+            }
+        }
+        p
+    }
+
+    fn with_startup_probe(mut p: Pod, name: &str) -> Pod {
+        let spec = p.spec.as_mut().unwrap();
+        for c in spec.init_containers.iter_mut().flatten() {
+            if c.name == name {
+                c.startup_probe = Some(Default::default());
+            }
+        }
+        p
+    }
+
+    fn actions(p: &Pod, containers: Vec<ContainerStatus>, probes: &ProbeResults) -> PodActions {
+        let status = PodRuntimeStatus {
+            sandboxes: vec![sandbox(true, 0)],
+            containers,
+        };
+        compute_pod_actions(p, &status, probes)
+    }
+
+    #[test]
+    fn sidecars_start_in_order_and_keep_running() {
+        let none = ProbeResults::new();
+        let p = sidecar_pod("Always", &["side", "init"], &["a"]);
+        // A new pod starts the sidecar first, alone.
+        let a = compute_pod_actions(&p, &PodRuntimeStatus::default(), &none);
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert!(a.containers_to_start.is_empty());
+        // The sidecar runs (no startup probe): the next init container starts.
+        let a = actions(&p, vec![ctr(&p, "side", Running, 0)], &none);
+        assert_eq!(a.init_containers_to_start, vec![1]);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+        // The regular init container runs: wait.
+        let a = actions(
+            &p,
+            vec![ctr(&p, "init", Running, 0), ctr(&p, "side", Running, 0)],
+            &none,
+        );
+        assert_eq!(a.init_containers_to_start, Vec::<usize>::new());
+        assert!(a.containers_to_start.is_empty());
+        // Initialization done: regular containers start, the sidecar is left running.
+        let a = actions(
+            &p,
+            vec![ctr(&p, "init", Exited, 0), ctr(&p, "side", Running, 0)],
+            &none,
+        );
+        assert_eq!(a.init_containers_to_start, Vec::<usize>::new());
+        assert_eq!(a.containers_to_start, vec![0]);
+        // A sidecar that exits after initialization is restarted, the app keeps running.
+        let a = actions(
+            &p,
+            vec![
+                ctr(&p, "a", Running, 0),
+                ctr(&p, "side", Exited, 1),
+                ctr(&p, "init", Exited, 0),
+            ],
+            &none,
+        );
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert!(a.containers_to_start.is_empty() && a.containers_to_kill.is_empty());
+        // A sidecar removed from the runtime after initialization comes back; the regular init
+        // container does not run again.
+        let a = actions(&p, vec![ctr(&p, "a", Running, 0)], &none);
+        assert_eq!(a.init_containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn sidecar_startup_probe_gates_the_next_init_container() {
+        let p = with_startup_probe(sidecar_pod("Always", &["side", "init"], &["a"]), "side");
+        let running = || vec![ctr(&p, "side", Running, 0)];
+        // No startup result yet: wait.
+        let a = actions(&p, running(), &ProbeResults::new());
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: "sb0".into(),
+                ..Default::default()
+            }
+        );
+        // Started: the next one goes.
+        let mut probes = ProbeResults::new();
+        probes.set("u", "id-side", ProbeKind::Startup, ProbeResult::Success);
+        assert_eq!(
+            actions(&p, running(), &probes).init_containers_to_start,
+            vec![1]
+        );
+        // Startup failed: the sidecar is killed and started again; the next one waits.
+        let mut probes = ProbeResults::new();
+        probes.set("u", "id-side", ProbeKind::Startup, ProbeResult::Failure);
+        let a = actions(&p, running(), &probes);
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert_eq!(
+            a.containers_to_kill,
+            vec![ContainerToKill {
+                id: "id-side".into(),
+                name: "side".into(),
+                message: "Init container side failed startup probe".into(),
+                grace_override: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn sidecar_liveness_failure_restarts_it_only() {
+        let p = sidecar_pod("Always", &["side"], &["a"]);
+        let mut probes = ProbeResults::new();
+        probes.set("u", "id-side", ProbeKind::Liveness, ProbeResult::Failure);
+        let a = actions(
+            &p,
+            vec![ctr(&p, "a", Running, 0), ctr(&p, "side", Running, 0)],
+            &probes,
+        );
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert!(a.containers_to_start.is_empty());
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(
+            a.containers_to_kill[0].message,
+            "Init container side failed liveness probe"
+        );
+    }
+
+    #[test]
+    fn sidecars_do_not_keep_a_finished_pod_alive() {
+        for policy in ["Never", "OnFailure"] {
+            let p = sidecar_pod(policy, &["side"], &["a"]);
+            let a = actions(
+                &p,
+                vec![ctr(&p, "a", Exited, 0), ctr(&p, "side", Running, 0)],
+                &ProbeResults::new(),
+            );
+            assert!(a.kill_pod, "{policy}");
+            assert!(a.init_containers_to_start.is_empty(), "{policy}");
+            assert!(a.containers_to_start.is_empty(), "{policy}");
+        }
+        // OnFailure with every regular container succeeded: a dead sandbox is not recreated
+        // for the sidecar's sake.
+        let p = sidecar_pod("OnFailure", &["side"], &["a"]);
+        let status = PodRuntimeStatus {
+            sandboxes: vec![sandbox(false, 0)],
+            containers: vec![ctr(&p, "a", Exited, 0), ctr(&p, "side", Exited, 137)],
+        };
+        let a = compute_pod_actions(&p, &status, &ProbeResults::new());
+        assert!(!a.create_sandbox);
     }
 
     #[test]

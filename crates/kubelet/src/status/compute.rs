@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub use k8s_openapi::jiff::Timestamp;
 
 use crate::podutil;
-use crate::prober::{probe_of, ProbeKind, ProbeResults};
+use crate::prober::{is_restartable_init, probe_of, ProbeKind, ProbeResults};
 use crate::resources;
 use crate::runtime::actions::should_container_be_restarted;
 use crate::runtime::{ContainerState, ContainerStatus, PodRuntimeStatus};
@@ -125,6 +125,7 @@ fn container_statuses(
     rt: &PodRuntimeStatus,
     cx: &StatusContext,
     default_waiting: &str,
+    is_init: bool,
 ) -> Vec<ApiContainerStatus> {
     specs
         .iter()
@@ -151,12 +152,17 @@ fn container_statuses(
                         probe_of(c, ProbeKind::Startup).is_some(),
                     );
                     st.started = Some(started);
-                    st.ready = started
-                        && cx.probes.is_ready(
-                            &s.id,
-                            running,
-                            probe_of(c, ProbeKind::Readiness).is_some(),
-                        );
+                    st.ready = if is_init && !is_restartable_init(c) {
+                        // Upstream: a regular init container is ready once it succeeded.
+                        s.state == ContainerState::Exited && s.exit_code == 0
+                    } else {
+                        started
+                            && cx.probes.is_ready(
+                                &s.id,
+                                running,
+                                probe_of(c, ProbeKind::Readiness).is_some(),
+                            )
+                    };
                     if let Some(p) = previous.filter(|p| p.state == ContainerState::Exited) {
                         st.last_state = Some(terminated_state(p, cx.runtime_name));
                     }
@@ -177,53 +183,77 @@ fn container_statuses(
         .collect()
 }
 
-/// Upstream `getPhase` (without sidecar containers, which come with the lifecycle work).
+fn is_running(s: &ApiContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|x| x.running.is_some())
+}
+
+fn terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.state.as_ref().and_then(|x| x.terminated.as_ref())
+}
+
+fn is_waiting(s: &ApiContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|x| x.waiting.is_some())
+}
+
+fn last_terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.last_state.as_ref().and_then(|x| x.terminated.as_ref())
+}
+
+/// Upstream `getPhase` (sidecar-aware). `initialized`: a regular container is running
+/// (`HasAnyActiveRegularContainerStarted`), so a restarting sidecar does not send the pod back to
+/// Pending. Terminated sidecars never count: they are stopped when the pod ends.
 pub fn phase(
     pod: &Pod,
     init: &[ApiContainerStatus],
     containers: &[ApiContainerStatus],
+    initialized: bool,
 ) -> &'static str {
     let policy = podutil::restart_policy(pod);
-    let (mut pending_init, mut failed_init) = (0, 0);
-    for s in init {
-        let state = s.state.as_ref();
-        if state.is_some_and(|x| x.running.is_some()) {
-            pending_init += 1;
-        } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
+    let (mut pending_regular_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    // Statuses are built in spec order, one per init container.
+    for (c, s) in podutil::init_containers(pod).iter().zip(init) {
+        if is_restartable_init(c) {
+            if is_running(s) {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if terminated(s).is_some() || last_terminated(s).is_some() {
+                // A stopped sidecar does not count towards the phase.
+            } else if is_waiting(s) {
+                pending_sidecars += 1;
+                waiting += 1;
+            } else {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+        } else if is_running(s) {
+            pending_regular_init += 1;
+        } else if let Some(t) = terminated(s) {
             if t.exit_code != 0 {
                 failed_init += 1;
             }
-        } else if state.is_some_and(|x| x.waiting.is_some()) {
-            let last_failed = s
-                .last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0);
-            if last_failed {
-                failed_init += 1;
-            } else {
-                pending_init += 1;
+        } else if is_waiting(s) {
+            match last_terminated(s) {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_regular_init += 1,
             }
         } else {
-            pending_init += 1;
+            pending_regular_init += 1;
         }
     }
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for s in containers {
-        let state = s.state.as_ref();
-        if state.is_some_and(|x| x.running.is_some()) {
+        if is_running(s) {
             running += 1;
-        } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
+        } else if let Some(t) = terminated(s) {
             stopped += 1;
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if state.is_some_and(|x| x.waiting.is_some()) {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-            {
+        } else if is_waiting(s) {
+            if last_terminated(s).is_some() {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -235,10 +265,7 @@ pub fn phase(
     if failed_init > 0 && policy == "Never" {
         return "Failed";
     }
-    if pending_init > 0 || failed_init > 0 {
-        return "Pending";
-    }
-    if waiting > 0 {
+    if pending_regular_init > 0 || (pending_sidecars > 0 && !initialized) || waiting > 0 {
         return "Pending";
     }
     if running > 0 && unknown == 0 {
@@ -285,95 +312,151 @@ fn condition(
     }
 }
 
-fn names_where(
-    statuses: &[ApiContainerStatus],
-    pred: impl Fn(&ApiContainerStatus) -> bool,
-) -> Vec<String> {
-    statuses
+/// Upstream `PodConditionsByKubelet`: the conditions the kubelet computes; others are kept.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+];
+
+/// (status, reason, message) of a condition.
+type Cond = (bool, Option<&'static str>, Option<String>);
+
+/// Go's `fmt.Sprintf("%s", []string{..})`: `[a b]`.
+fn go_list(v: &[String]) -> String {
+    format!("[{}]", v.join(" "))
+}
+
+/// Upstream `GeneratePodInitializedCondition`: every regular init container succeeded and every
+/// sidecar started; or a regular container already ran (a restarting sidecar does not
+/// un-initialize the pod).
+fn initialized_condition(
+    pod: &Pod,
+    init: &[ApiContainerStatus],
+    containers: &[ApiContainerStatus],
+    phase: &str,
+) -> Cond {
+    let incomplete: Vec<String> = podutil::init_containers(pod)
         .iter()
-        .filter(|s| pred(s))
+        .zip(init)
+        .filter(|(c, s)| {
+            if is_restartable_init(c) {
+                s.started != Some(true)
+            } else {
+                !s.ready
+            }
+        })
+        .map(|(c, _)| c.name.clone())
+        .collect();
+    if phase == "Succeeded" {
+        return (true, Some("PodCompleted"), None);
+    }
+    let regular_started = containers
+        .iter()
+        .any(|s| is_running(s) || terminated(s).is_some());
+    if regular_started || incomplete.is_empty() {
+        return (true, None, None);
+    }
+    (
+        false,
+        Some("ContainersNotInitialized"),
+        Some(format!(
+            "containers with incomplete status: {}",
+            go_list(&incomplete)
+        )),
+    )
+}
+
+/// Upstream `GenerateContainersReadyCondition`: sidecars and regular containers all ready.
+fn containers_ready_condition(
+    pod: &Pod,
+    init: &[ApiContainerStatus],
+    containers: &[ApiContainerStatus],
+    phase: &str,
+) -> Cond {
+    let sidecars = podutil::init_containers(pod)
+        .iter()
+        .zip(init)
+        .filter(|(c, _)| is_restartable_init(c))
+        .map(|(_, s)| s);
+    let unready: Vec<String> = sidecars
+        .chain(containers)
+        .filter(|s| !s.ready)
         .map(|s| s.name.clone())
-        .collect()
+        .collect();
+    match phase {
+        "Succeeded" => return (false, Some("PodCompleted"), None),
+        "Failed" => return (false, Some("PodFailed"), None),
+        _ => {}
+    }
+    if unready.is_empty() {
+        return (true, None, None);
+    }
+    (
+        false,
+        Some("ContainersNotReady"),
+        Some(format!(
+            "containers with unready status: {}",
+            go_list(&unready)
+        )),
+    )
+}
+
+/// Upstream `GeneratePodReadyCondition`: containers ready and every readiness gate's condition
+/// True.
+fn ready_condition(pod: &Pod, conditions: &[PodCondition], containers_ready: Cond) -> Cond {
+    if !containers_ready.0 {
+        return containers_ready;
+    }
+    let gates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten();
+    let unready: Vec<String> = gates
+        .filter_map(|g| {
+            let kind = &g.condition_type;
+            match conditions.iter().find(|c| &c.type_ == kind) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate {kind:?} does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate {kind:?} is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if unready.is_empty() {
+        return (true, None, None);
+    }
+    (
+        false,
+        Some("ReadinessGatesNotReady"),
+        Some(unready.join(", ")),
+    )
 }
 
 /// Computes the whole API status of a pod.
 pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStatus {
     let inits = podutil::init_containers(pod);
     let init_done_before = rt.containers.iter().any(|c| !c.is_init);
-    let init_statuses = container_statuses(pod, inits, rt, cx, "PodInitializing");
+    let init_statuses = container_statuses(pod, inits, rt, cx, "PodInitializing", true);
     let app_waiting = if inits.is_empty() || init_done_before {
         "ContainerCreating"
     } else {
         "PodInitializing"
     };
-    let statuses = container_statuses(pod, podutil::containers(pod), rt, cx, app_waiting);
-    let phase = phase(pod, &init_statuses, &statuses);
-
-    let mut ips = rt.pod_ips();
-    if ips.is_empty() {
-        // A stopped sandbox has no IP; keep showing the one the pod had, as upstream.
-        ips = cx
-            .old
-            .and_then(|o| o.pod_ips.as_ref())
-            .map(|v| v.iter().map(|i| i.ip.clone()).collect())
-            .unwrap_or_default();
-    }
-
-    let sandbox_ok = rt
-        .sandboxes
-        .first()
-        .is_some_and(|s| s.ready && (s.host_network || !s.ip.is_empty()));
-    let incomplete_init = names_where(&init_statuses, |s| {
-        s.state
-            .as_ref()
-            .and_then(|x| x.terminated.as_ref())
-            .is_none_or(|t| t.exit_code != 0)
-    });
-    let initialized = incomplete_init.is_empty() || init_done_before;
-    let unready = names_where(&statuses, |s| !s.ready);
-    let containers_ready = unready.is_empty();
-    let succeeded = phase == "Succeeded";
-    let fmt_list = |v: &[String]| format!("[{}]", v.join(" "));
-    let (init_reason, init_msg) = match (initialized, succeeded) {
-        (false, _) => (
-            Some("ContainersNotInitialized"),
-            Some(format!(
-                "containers with incomplete status: {}",
-                fmt_list(&incomplete_init)
-            )),
-        ),
-        (true, true) => (Some("PodCompleted"), None),
-        (true, false) => (None, None),
-    };
-    let (ready_reason, ready_msg) = match (containers_ready, succeeded) {
-        (true, _) => (None, None),
-        (false, true) => (Some("PodCompleted"), None),
-        (false, false) => (
-            Some("ContainersNotReady"),
-            Some(format!(
-                "containers with unready status: {}",
-                fmt_list(&unready)
-            )),
-        ),
-    };
-    let conditions = vec![
-        condition("PodReadyToStartContainers", sandbox_ok, None, None, cx),
-        condition("Initialized", initialized, init_reason, init_msg, cx),
-        condition(
-            "Ready",
-            containers_ready,
-            ready_reason,
-            ready_msg.clone(),
-            cx,
-        ),
-        condition(
-            "ContainersReady",
-            containers_ready,
-            ready_reason,
-            ready_msg,
-            cx,
-        ),
-    ];
+    let statuses = container_statuses(pod, podutil::containers(pod), rt, cx, app_waiting, false);
+    let active_regular = rt
+        .containers
+        .iter()
+        .any(|c| !c.is_init && c.state == ContainerState::Running);
+    let phase = phase(pod, &init_statuses, &statuses, active_regular);
 
     // Upstream's pod sync handlers (the active deadline) override the phase of an active pod.
     let deadline_exceeded = phase != "Succeeded"
@@ -388,6 +471,46 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
     } else {
         (phase, None, None)
     };
+    let mut ips = rt.pod_ips();
+    if ips.is_empty() {
+        // A stopped sandbox has no IP; keep showing the one the pod had, as upstream.
+        ips = cx
+            .old
+            .and_then(|o| o.pod_ips.as_ref())
+            .map(|v| v.iter().map(|i| i.ip.clone()).collect())
+            .unwrap_or_default();
+    }
+
+    let sandbox_ok = rt
+        .sandboxes
+        .first()
+        .is_some_and(|s| s.ready && (s.host_network || !s.ip.is_empty()));
+    // Conditions other components own (readiness gates among them) are kept, as upstream.
+    let mut conditions: Vec<PodCondition> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    conditions.push(condition(
+        "PodReadyToStartContainers",
+        sandbox_ok,
+        None,
+        None,
+        cx,
+    ));
+    let (ok, why, msg) = initialized_condition(pod, &init_statuses, &statuses, phase);
+    conditions.push(condition("Initialized", ok, why, msg, cx));
+    let containers_ready = containers_ready_condition(pod, &init_statuses, &statuses, phase);
+    let (ok, why, msg) = ready_condition(pod, &conditions, containers_ready.clone());
+    conditions.push(condition("Ready", ok, why, msg, cx));
+    let (ok, why, msg) = containers_ready;
+    conditions.push(condition("ContainersReady", ok, why, msg, cx));
+    conditions.push(condition("PodScheduled", true, None, None, cx));
+
     PodStatus {
         phase: Some(phase.into()),
         reason,
@@ -745,6 +868,132 @@ mod tests {
             Some("ErrImageNeverPull")
         );
         assert_eq!(s.phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn sidecars_in_phase_and_conditions() {
+        let mut p = pod("Never", &["side", "init"], &["a"]);
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].restart_policy =
+            Some("Always".into());
+        let rt = |cs: Vec<ContainerStatus>| PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: cs,
+        };
+        let none = Reasons::new();
+        // Sidecar running, regular init still running: Pending, not initialized (only `init`
+        // is incomplete: a started sidecar counts as initialized).
+        let s = gen(
+            &p,
+            &rt(vec![
+                ctr(&p, "init", Running, 0, 2, 0),
+                ctr(&p, "side", Running, 0, 1, 0),
+            ]),
+            &none,
+            None,
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            cond(&s, "Initialized").message.as_deref(),
+            Some("containers with incomplete status: [init]")
+        );
+        // Both regular init done, app and sidecar running: Running, initialized, and the
+        // sidecar's readiness counts for ContainersReady.
+        let s = gen(
+            &p,
+            &rt(vec![
+                ctr(&p, "a", Running, 0, 3, 0),
+                ctr(&p, "init", Exited, 0, 2, 0),
+                ctr(&p, "side", Running, 0, 1, 0),
+            ]),
+            &none,
+            None,
+        );
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        assert_eq!(cond(&s, "ContainersReady").status, "True");
+        let inits = s.init_container_statuses.as_ref().unwrap();
+        assert!(
+            inits[0].ready && inits[1].ready,
+            "sidecar running, init succeeded"
+        );
+        // App done under Never, sidecar killed when the pod stopped: Succeeded; the sidecar's
+        // non-zero exit does not fail the pod.
+        let s = gen(
+            &p,
+            &rt(vec![
+                ctr(&p, "a", Exited, 0, 3, 0),
+                ctr(&p, "init", Exited, 0, 2, 0),
+                ctr(&p, "side", Exited, 137, 1, 0),
+            ]),
+            &none,
+            None,
+        );
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(
+            cond(&s, "Initialized").reason.as_deref(),
+            Some("PodCompleted")
+        );
+        // A sidecar restarting after initialization does not send the pod back to Pending.
+        let mut crash = Reasons::new();
+        crash.insert(
+            "side".into(),
+            ("CrashLoopBackOff".into(), "back-off".into()),
+        );
+        let mut always = p.clone();
+        always.spec.as_mut().unwrap().restart_policy = Some("Always".into());
+        let s = gen(
+            &always,
+            &rt(vec![
+                ctr(&always, "a", Running, 0, 3, 0),
+                ctr(&always, "init", Exited, 0, 2, 0),
+                ctr(&always, "side", Exited, 1, 1, 0),
+            ]),
+            &crash,
+            None,
+        );
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        assert_eq!(
+            cond(&s, "ContainersReady").message.as_deref(),
+            Some("containers with unready status: [side]")
+        );
+    }
+
+    #[test]
+    fn readiness_gates_and_foreign_conditions() {
+        let mut p = pod("Always", &[], &["a"]);
+        p.spec.as_mut().unwrap().readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: "example.com/lb".into(),
+            }]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&p, "a", Running, 0, 1, 0)],
+        };
+        let s = gen(&p, &rt, &Reasons::new(), None);
+        let ready = cond(&s, "Ready");
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+            )
+        );
+        assert_eq!(cond(&s, "ContainersReady").status, "True");
+        assert_eq!(cond(&s, "PodScheduled").status, "True");
+        // A controller sets the gate's condition: kept in the status, and Ready follows it.
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/lb".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let s = gen(&p, &rt, &Reasons::new(), None);
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "example.com/lb").status, "True");
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! `kuberuntime_container.go`): postStart right after StartContainer, preStop before
 //! StopContainer, counted against the grace period.
 
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{field_path, SyncContext};
@@ -13,7 +15,7 @@ use crate::events::{self, EventType};
 use crate::podutil;
 use crate::prober::handlers::{exec_probe, expand_command};
 use crate::prober::http::{HttpProber, HttpTarget};
-use crate::prober::Outcome;
+use crate::prober::{is_restartable_init, Outcome};
 use crate::runtime::{ContainerState, PodRuntimeStatus, RuntimeError};
 
 /// Upstream `minimumGracePeriodInSeconds`: what a container gets after a long preStop hook.
@@ -124,6 +126,59 @@ pub async fn post_start(
     Err(msg)
 }
 
+/// Upstream `terminationOrdering`: while a pod stops, a sidecar stops only after every regular
+/// container and every sidecar declared after it have stopped, so it serves them to the end.
+/// Containers outside the set being stopped do not hold anyone back.
+struct TerminationOrdering {
+    /// For each container being stopped, the names it waits for.
+    prerequisites: HashMap<String, Vec<String>>,
+    stopped: watch::Sender<HashSet<String>>,
+}
+
+impl TerminationOrdering {
+    fn new(pod: &Pod, stopping: &[&str]) -> Self {
+        let stopping: HashSet<&str> = stopping.iter().copied().collect();
+        let regular: Vec<String> = podutil::containers(pod)
+            .iter()
+            .filter(|c| stopping.contains(c.name.as_str()))
+            .map(|c| c.name.clone())
+            .collect();
+        let sidecars: Vec<&Container> = podutil::init_containers(pod)
+            .iter()
+            .filter(|c| is_restartable_init(c) && stopping.contains(c.name.as_str()))
+            .collect();
+        let mut prerequisites = HashMap::new();
+        for (i, c) in sidecars.iter().enumerate() {
+            let mut wait = regular.clone();
+            wait.extend(sidecars[i + 1..].iter().map(|s| s.name.clone()));
+            prerequisites.insert(c.name.clone(), wait);
+        }
+        TerminationOrdering {
+            prerequisites,
+            stopped: watch::Sender::new(HashSet::new()),
+        }
+    }
+
+    /// Waits until `name` may stop, at most `limit`; returns how long it waited.
+    async fn wait_for_turn(&self, name: &str, limit: Duration) -> Duration {
+        let started = Instant::now();
+        let Some(wait) = self.prerequisites.get(name).filter(|w| !w.is_empty()) else {
+            return Duration::ZERO;
+        };
+        let mut rx = self.stopped.subscribe();
+        let turn = rx.wait_for(|done| wait.iter().all(|w| done.contains(w)));
+        // Err means the sender is gone, which cannot happen while `self` lives.
+        let _ = tokio::time::timeout(limit, turn).await;
+        started.elapsed()
+    }
+
+    fn stopped(&self, name: &str) {
+        self.stopped.send_modify(|done| {
+            done.insert(name.to_string());
+        });
+    }
+}
+
 /// Upstream `killContainer`: the preStop hook first (bounded by the grace period, which it uses
 /// up), then StopContainer with what is left, at least 2 s.
 pub async fn stop_container(
@@ -133,6 +188,18 @@ pub async fn stop_container(
     name: &str,
     grace: Duration,
     pod_ip: Option<&str>,
+) -> Result<(), RuntimeError> {
+    stop_container_ordered(ctx, pod, container_id, name, grace, pod_ip, None).await
+}
+
+async fn stop_container_ordered(
+    ctx: &SyncContext,
+    pod: &Pod,
+    container_id: &str,
+    name: &str,
+    grace: Duration,
+    pod_ip: Option<&str>,
+    ordering: Option<&TerminationOrdering>,
 ) -> Result<(), RuntimeError> {
     let mut grace = grace;
     let spec = spec_of(pod, name);
@@ -154,13 +221,23 @@ pub async fn stop_container(
                 info!(pod = %podutil::describe(pod), container = %name, "preStop hook did not finish within the grace period")
             }
         }
-        grace = grace.saturating_sub(started.elapsed()).max(MIN_GRACE);
+        grace = grace.saturating_sub(started.elapsed());
     }
-    ctx.runtime.stop_container(container_id, grace).await
+    if let Some(o) = ordering.filter(|_| !grace.is_zero()) {
+        grace = grace.saturating_sub(o.wait_for_turn(name, grace).await);
+    }
+    let res = ctx
+        .runtime
+        .stop_container(container_id, grace.max(MIN_GRACE))
+        .await;
+    if let Some(o) = ordering {
+        o.stopped(name);
+    }
+    res
 }
 
 /// Upstream `killPodWithSyncResult`: every running container through [`stop_container`] at once
-/// (hooks in parallel), then the sandbox.
+/// (hooks in parallel; sidecars wait for their turn), then the sandbox.
 pub async fn kill_pod(
     ctx: &SyncContext,
     pod: &Pod,
@@ -168,11 +245,24 @@ pub async fn kill_pod(
     grace: Duration,
 ) -> Result<(), RuntimeError> {
     let ip = rt.pod_ips().into_iter().next();
-    let stops = rt
+    let running: Vec<_> = rt
         .containers
         .iter()
         .filter(|c| c.state == ContainerState::Running)
-        .map(|c| stop_container(ctx, pod, &c.id, &c.name, grace, ip.as_deref()));
+        .collect();
+    let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+    let ordering = TerminationOrdering::new(pod, &names);
+    let stops = running.iter().map(|c| {
+        stop_container_ordered(
+            ctx,
+            pod,
+            &c.id,
+            &c.name,
+            grace,
+            ip.as_deref(),
+            Some(&ordering),
+        )
+    });
     let first_err = join_all(stops).await.into_iter().find_map(Result::err);
     // Stops what is left (created or unknown containers, the sandbox); containers stopped above
     // are already exited, so their second StopContainer returns at once.

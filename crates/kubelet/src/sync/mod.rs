@@ -426,7 +426,7 @@ async fn execute(
         .collect();
 
     let mut starts: Vec<(&Container, bool)> = Vec::new();
-    if let Some(i) = actions.next_init_container {
+    for &i in &actions.init_containers_to_start {
         starts.extend(podutil::init_containers(pod).get(i).map(|c| (c, true)));
     }
     for &i in &actions.containers_to_start {
@@ -464,6 +464,11 @@ async fn execute(
                 state
                     .reasons
                     .insert(c.name.clone(), (e.reason.as_str().to_string(), e.message));
+                // Upstream: a regular init container that did not start holds back everything
+                // after it; a sidecar that did not start does not.
+                if is_init && !prober::is_restartable_init(c) {
+                    break;
+                }
             }
         }
     }
