@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod config;
 pub mod dns;
 pub mod events;
+pub mod expansion;
 pub mod health;
 pub mod images;
 pub mod kubelet;
