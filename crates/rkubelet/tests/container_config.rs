@@ -417,3 +417,37 @@ spec:
     let rejected = env.pod("unsafe").unwrap();
     assert!(env.sandboxes_of(&uid(&rejected)).await.is_empty());
 }
+
+#[tokio::test]
+async fn cluster_first_dns_and_host_network_hosts() {
+    let mut env = Env::new(147);
+    env.start_kubelet_with(&["--cluster-dns=10.96.0.10", "--cluster-domain=cluster.local"]);
+    env.write_manifest("cf.yaml", &simple_pod("cf", "Always", SLEEPER));
+    let host_net = simple_pod("hn", "Always", SLEEPER).replace(
+        "  restartPolicy: Always\n",
+        "  restartPolicy: Always\n  hostNetwork: true\n  hostAliases:\n  - {ip: 10.9.9.9, hostnames: [alias.local]}\n",
+    );
+    env.write_manifest("hn.yaml", &host_net);
+    let cf = env.wait_running("cf");
+    let (_, resolv) = exec_in(&env, &cf, "main", &["cat", "/etc/resolv.conf"]).await;
+    assert!(resolv.contains("nameserver 10.96.0.10"), "{resolv}");
+    assert!(
+        resolv.contains("search default.svc.cluster.local svc.cluster.local cluster.local"),
+        "{resolv}"
+    );
+    assert!(resolv.contains("options ndots:5"), "{resolv}");
+
+    // Host network: the node's /etc/hosts under upstream's header, plus the aliases; DNS is the
+    // node's (ClusterFirst falls back to Default there).
+    let hn = env.wait_running("hn");
+    let (_, hosts) = exec_in(&env, &hn, "main", &["cat", "/etc/hosts"]).await;
+    let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+    assert_eq!(
+        hosts,
+        format!(
+            "# Kubernetes-managed hosts file (host network).\n{node_hosts}\n# Entries added by HostAliases.\n10.9.9.9\talias.local\n"
+        )
+    );
+    let (_, resolv) = exec_in(&env, &hn, "main", &["cat", "/etc/resolv.conf"]).await;
+    assert!(!resolv.contains("10.96.0.10"), "{resolv}");
+}
