@@ -83,6 +83,9 @@ pub struct KubeletConfig {
     pub event_record_qps: u32,
     /// `eventBurst` / `--event-burst`.
     pub event_burst: u32,
+    /// `allowedUnsafeSysctls` / `--allowed-unsafe-sysctls`: sysctl names or `prefix*` patterns pods
+    /// may set besides the safe set.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl Default for KubeletConfig {
@@ -113,6 +116,7 @@ impl Default for KubeletConfig {
             register_with_taints: Vec::new(),
             event_record_qps: 50,
             event_burst: 100,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }
@@ -357,6 +361,9 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
             }
         }
     }
+    if let Some(list) = r.string_list("allowedUnsafeSysctls") {
+        cfg.allowed_unsafe_sysctls = list;
+    }
     for key in r.map.keys() {
         if key == "kind" || key == "apiVersion" {
             continue;
@@ -402,6 +409,9 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
             "podLogsDir: must be an absolute path, got {:?}",
             cfg.pod_logs_dir
         ));
+    }
+    if let Err(e) = crate::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls) {
+        errors.push(format!("allowedUnsafeSysctls: {e}"));
     }
     if let Err(e) = rkubelet_cri::parse_endpoint(&cfg.container_runtime_endpoint) {
         errors.push(format!("containerRuntimeEndpoint: {e}"));

@@ -62,6 +62,27 @@ impl ImageManager {
         Ok(resp.image.map(|i| i.id))
     }
 
+    /// The user `image` runs as, from CRI ImageStatus (upstream `getImageUser`): runAsNonRoot
+    /// checks it and a container without runAsUser runs as it.
+    pub async fn image_user(
+        &self,
+        image: &str,
+    ) -> Result<crate::runtime::security::ImageUser, rkubelet_cri::CriError> {
+        let resp = self
+            .cri
+            .image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await?;
+        Ok(crate::runtime::security::ImageUser::from_image(
+            resp.image.as_ref(),
+        ))
+    }
+
     /// Upstream `EnsureImageExists`: returns the image reference to create the container from.
     /// `backoff` is the pod worker's own, keyed by pod UID and image as upstream.
     pub async fn ensure(

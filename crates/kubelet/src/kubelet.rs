@@ -49,6 +49,8 @@ pub enum KubeletError {
         path: std::path::PathBuf,
         message: String,
     },
+    #[error("allowedUnsafeSysctls: {0}")]
+    Sysctls(#[from] crate::sysctl::AllowlistError),
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -197,10 +199,18 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     if node_ip.is_none() {
         warn!("cannot detect the node IP; pass --node-ip");
     }
-    let host_dns = dns::load_host(&cfg.resolv_conf).unwrap_or_else(|e| {
-        warn!(file = %cfg.resolv_conf.display(), error = %e, "cannot read resolvConf; pods get no host DNS");
+    let no_resolv_conf = cfg.resolv_conf.as_os_str().is_empty();
+    let host_dns = if no_resolv_conf {
         Default::default()
-    });
+    } else {
+        dns::load_host(&cfg.resolv_conf).unwrap_or_else(|e| {
+            warn!(file = %cfg.resolv_conf.display(), error = %e, "cannot read resolvConf; pods get no host DNS");
+            Default::default()
+        })
+    };
+    if cfg.cluster_dns.is_empty() {
+        warn!("no clusterDNS configured: pods with dnsPolicy ClusterFirst fall back to dnsPolicy Default (upstream MissingClusterDNS)");
+    }
     let runtime = RuntimeManager {
         cri: cri.clone(),
         pod_logs_dir: cfg.pod_logs_dir.clone(),
@@ -208,7 +218,27 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             host: host_dns,
             cluster_dns: cfg.cluster_dns.clone(),
             cluster_domain: cfg.cluster_domain.clone(),
+            no_resolv_conf,
         },
+    };
+    let settings = NodeSettings {
+        name: cfg.node_name.clone(),
+        ip: node_ip.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])),
+        hostname: cfg.node_name.clone(),
+        extra_labels: cfg.node_labels.clone(),
+        taints: cfg.register_with_taints.clone(),
+        max_pods: cfg.max_pods,
+        kubelet_port: 10250,
+    };
+    let machine_info = MachineInfo::read(&cfg.root_dir);
+    // Upstream admits against the Node object; ours is what this kubelet registers (labels and
+    // taints set later by an admin through the API are not seen yet).
+    let node_view = admission::NodeView {
+        name: cfg.node_name.clone(),
+        labels: node_status::node_labels(&settings, &machine_info),
+        taints: cfg.register_with_taints.clone(),
+        allocatable: node_status::resources(&settings, &machine_info).1,
+        sysctls: crate::sysctl::Allowlist::for_node(&cfg.allowed_unsafe_sysctls)?,
     };
     let (probe_mgr, prober, probe_rx) = ProbeManager::new(cri.clone(), recorder.clone());
     tasks.spawn(
@@ -227,6 +257,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         root_dir: cfg.root_dir.clone(),
         runtime_name,
         node_ip: node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+        allocatable: node_view.allocatable.clone(),
     });
 
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);
@@ -253,24 +284,6 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
                 .instrument(tracing::info_span!("file_source")),
         );
     }
-    let settings = NodeSettings {
-        name: cfg.node_name.clone(),
-        ip: node_ip.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])),
-        hostname: cfg.node_name.clone(),
-        extra_labels: cfg.node_labels.clone(),
-        taints: cfg.register_with_taints.clone(),
-        max_pods: cfg.max_pods,
-        kubelet_port: 10250,
-    };
-    let machine_info = MachineInfo::read(&cfg.root_dir);
-    // Upstream admits against the Node object; ours is what this kubelet registers (labels and
-    // taints set later by an admin through the API are not seen yet).
-    let node_view = admission::NodeView {
-        name: cfg.node_name.clone(),
-        labels: node_status::node_labels(&settings, &machine_info),
-        taints: cfg.register_with_taints.clone(),
-        allocatable: node_status::resources(&settings, &machine_info).1,
-    };
     let mut mirrors = None;
     if let Some(client) = client.clone() {
         expected_sources.insert(source::api::API_SOURCE);

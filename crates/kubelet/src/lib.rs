@@ -6,7 +6,9 @@ pub mod backoff;
 pub mod config;
 pub mod dns;
 pub mod events;
+pub mod expansion;
 pub mod health;
+pub mod hosts;
 pub mod images;
 pub mod kubelet;
 pub mod mirror;
@@ -21,5 +23,6 @@ pub mod server;
 pub mod source;
 pub mod status;
 pub mod sync;
+pub mod sysctl;
 
 pub use config::KubeletConfig;

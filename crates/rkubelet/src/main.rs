@@ -95,6 +95,10 @@ struct Flags {
     /// Taints to register the node with, key=value:Effect,... (registerWithTaints).
     #[arg(long, value_name = "TAINTS")]
     register_with_taints: Option<String>,
+    /// Unsafe sysctls or sysctl patterns (ending in *) pods may set, comma separated
+    /// (allowedUnsafeSysctls).
+    #[arg(long, value_delimiter = ',', value_name = "SYSCTLS")]
+    allowed_unsafe_sysctls: Option<Vec<String>>,
     /// Log verbosity as upstream klog: 0-2 info, 3-4 debug, 5+ trace. RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     verbosity: u8,
@@ -143,7 +147,8 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
         serialize_image_pulls,
         resolv_conf,
         cluster_dns,
-        cluster_domain
+        cluster_domain,
+        allowed_unsafe_sysctls
     );
     if let Some(q) = flags.event_qps {
         cfg.event_record_qps = q;

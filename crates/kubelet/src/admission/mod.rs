@@ -4,6 +4,8 @@
 //!
 //! [`admit`] runs upstream's checks in upstream's order and reports the first failure:
 //!
+//! 0. sysctls against the allowlist (`sysctl.patternAllowlist`, its own admit handler upstream,
+//!    registered before the predicates): `SysctlForbidden`;
 //! 1. the pod's `kubernetes.io/os` label and `spec.os` against the node's OS
 //!    (`rejectPodAdmissionBasedOnOSSelector` / `rejectPodAdmissionBasedOnOSField`);
 //! 2. `generalFilter` → `scheduler.AdmissionCheck`: resources (`noderesources.Fits`: pod count,
@@ -101,6 +103,8 @@ pub struct NodeView {
     /// does: without "pods" no pod fits.
     pub allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// Sysctls pods may set: the safe set plus `allowedUnsafeSysctls`.
+    pub sysctls: crate::sysctl::Allowlist,
 }
 
 /// `active` pods already admitted; one more must fit under `max_pods`. The pod-count half of the
@@ -121,6 +125,11 @@ pub fn admit_pod_count(active: usize, max_pods: u32) -> Result<(), Rejection> {
 /// Admits `pod` given the pods already admitted and active on the node (`running`), in upstream's order;
 /// the first failing predicate gives the rejection.
 pub fn admit(pod: &Pod, node: &NodeView, running: &[&Pod]) -> Result<(), Rejection> {
+    // Upstream registers the sysctl allowlist handler before the predicate handler.
+    node.sysctls.admit(pod).map_err(|message| Rejection {
+        reason: crate::sysctl::FORBIDDEN_REASON.into(),
+        message,
+    })?;
     check_os(pod)?;
     check_resources(pod, node, running)?;
     if !node_affinity_matches(pod, node) {

@@ -64,6 +64,7 @@ fn node(alloc: Res) -> NodeView {
         labels: BTreeMap::new(),
         taints: vec![],
         allocatable: ql(alloc).unwrap_or_default(),
+        sysctls: crate::sysctl::Allowlist::new(&crate::sysctl::safe_sysctls(Some((6, 1)))).unwrap(),
     }
 }
 
@@ -1004,5 +1005,29 @@ fn rejection_status() {
     assert_eq!(
         st.message.as_deref(),
         Some("Pod was rejected: Node didn't have enough resource: example.com/gpu, requested: 2, used: 1, capacity: 2")
+    );
+}
+
+#[test]
+fn forbidden_sysctl_rejected_before_the_predicates() {
+    use k8s_openapi::api::core::v1::{PodSecurityContext, Sysctl};
+    let with = |name: &str| {
+        let mut p = empty_pod();
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            sysctls: Some(vec![Sysctl {
+                name: name.into(),
+                value: "1".into(),
+            }]),
+            ..Default::default()
+        });
+        p
+    };
+    let n = big_node();
+    assert_eq!(admit(&with("net.ipv4.tcp_syncookies"), &n, &[]), Ok(()));
+    let r = admit(&with("net.core.somaxconn"), &node(&[]), &[]).unwrap_err();
+    assert_eq!(r.reason, "SysctlForbidden");
+    assert_eq!(
+        r.message,
+        "forbidden sysctl: \"net.core.somaxconn\" not allowlisted"
     );
 }

@@ -292,52 +292,11 @@ pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
     command.iter().map(|arg| expand(arg, &lookup)).collect()
 }
 
-/// Upstream `third_party/forked/golang/expansion.Expand`.
+/// Upstream `third_party/forked/golang/expansion.Expand`, shared with container env and args.
 fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
-    let mut out = String::with_capacity(input.len());
-    let mut rest = input;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let mut chars = after.chars();
-        match chars.next() {
-            // A trailing `$` is kept.
-            None => {
-                out.push('$');
-                rest = after;
-            }
-            Some('$') => {
-                out.push('$');
-                rest = &after[1..];
-            }
-            Some('(') => match after.find(')') {
-                Some(close) => {
-                    let name = &after[1..close];
-                    match lookup(name) {
-                        Some(v) => out.push_str(&v),
-                        None => {
-                            out.push_str("$(");
-                            out.push_str(name);
-                            out.push(')');
-                        }
-                    }
-                    rest = &after[close + 1..];
-                }
-                // Incomplete reference: `$(` is kept and scanning continues after it.
-                None => {
-                    out.push_str("$(");
-                    rest = &after[1..];
-                }
-            },
-            Some(c) => {
-                out.push('$');
-                out.push(c);
-                rest = &after[c.len_utf8()..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    crate::expansion::expand(input, |name| {
+        lookup(name).unwrap_or_else(|| format!("$({name})"))
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,10 +1,17 @@
 //! ContainerConfig from a container spec (upstream `kuberuntime_container.go`
 //! `generateContainerConfig` and `_linux.go`).
+//!
+//! Pure: what needs I/O (environment sources, the hosts file, the image's user) is gathered into
+//! [`RunContainerOptions`] first, as upstream's `GenerateRunContainerOptions` does.
+
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::api;
 
+use super::env::{self, EnvVar};
 use super::labels;
+use super::security::{self, ImageUser};
 use crate::resources;
 
 /// Why a config could not be built; surfaces as `CreateContainerConfigError`.
@@ -12,51 +19,18 @@ use crate::resources;
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-/// Environment from `env` (plain values and the pod fields a node knows without the API server).
-/// `$(VAR)` expansion and API-backed sources come with the lifecycle and volumes work.
-fn envs(pod: &Pod, c: &Container, pod_ip: &str) -> Result<Vec<api::KeyValue>, ConfigError> {
-    let mut out = Vec::new();
-    for e in c.env.iter().flatten() {
-        let value = match (&e.value, &e.value_from) {
-            (_, Some(from)) => {
-                let Some(f) = from.field_ref.as_ref() else {
-                    return Err(ConfigError(format!(
-                        "env {:?}: only fieldRef is supported as valueFrom on this node yet",
-                        e.name
-                    )));
-                };
-                match f.field_path.as_str() {
-                    "metadata.name" => pod.metadata.name.clone().unwrap_or_default(),
-                    "metadata.namespace" => pod.metadata.namespace.clone().unwrap_or_default(),
-                    "metadata.uid" => pod.metadata.uid.clone().unwrap_or_default(),
-                    "spec.nodeName" => pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.clone())
-                        .unwrap_or_default(),
-                    "spec.serviceAccountName" => pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.service_account_name.clone())
-                        .unwrap_or_default(),
-                    "status.podIP" => pod_ip.to_string(),
-                    other => {
-                        return Err(ConfigError(format!(
-                            "env {:?}: unsupported fieldRef {other:?}",
-                            e.name
-                        )))
-                    }
-                }
-            }
-            (Some(v), None) => v.clone(),
-            (None, None) => String::new(),
-        };
-        out.push(api::KeyValue {
-            key: e.name.clone(),
-            value,
-        });
-    }
-    Ok(out)
+/// What the kubelet prepared for one container start (upstream `RunContainerOptions` plus the
+/// image user `getImageUser` reads).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunContainerOptions {
+    /// The final environment, in declaration order.
+    pub envs: Vec<EnvVar>,
+    /// Bind mounts the kubelet provides (the managed /etc/hosts, ...).
+    pub mounts: Vec<api::Mount>,
+    /// The user the image runs as, for runAsNonRoot and the default runAsUser.
+    pub image_user: ImageUser,
+    /// `<root-dir>/seccomp`, the base of Localhost seccomp profiles.
+    pub seccomp_root: PathBuf,
 }
 
 /// Container log path relative to the sandbox log directory: `<name>/<restartCount>.log`.
@@ -64,23 +38,38 @@ pub fn log_path(c: &Container, restart_count: i32) -> String {
     format!("{}/{}.log", c.name, restart_count)
 }
 
+/// The CRI mounts of the container (upstream `makeMounts`).
+fn mounts(_c: &Container, opts: &RunContainerOptions) -> Vec<api::Mount> {
+    opts.mounts.clone()
+}
+
+/// cpu and memory as upstream `generateLinuxContainerResources`.
+fn linux_resources(c: &Container) -> api::LinuxContainerResources {
+    let res = resources::container_resources(c);
+    api::LinuxContainerResources {
+        cpu_period: res.cpu_period,
+        cpu_quota: res.cpu_quota,
+        cpu_shares: res.cpu_shares,
+        memory_limit_in_bytes: res.memory_limit_bytes,
+        ..Default::default()
+    }
+}
+
+/// Upstream `generateContainerConfig`. Command and args go to the runtime as the spec has them
+/// (after `$(VAR)` expansion): empty ones let the runtime apply the image's ENTRYPOINT and CMD
+/// by the Kubernetes rules (command replaces ENTRYPOINT and drops CMD; args alone replace CMD).
 pub fn container_config(
     pod: &Pod,
     c: &Container,
     image_ref: &str,
     restart_count: i32,
     is_init: bool,
-    pod_ip: &str,
+    opts: &RunContainerOptions,
 ) -> Result<api::ContainerConfig, ConfigError> {
-    let res = resources::container_resources(c);
-    let sc = c.security_context.as_ref();
-    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let run_as_user = sc
-        .and_then(|s| s.run_as_user)
-        .or_else(|| pod_sc.and_then(|s| s.run_as_user));
-    let run_as_group = sc
-        .and_then(|s| s.run_as_group)
-        .or_else(|| pod_sc.and_then(|s| s.run_as_group));
+    security::verify_run_as_non_root(pod, c, &opts.image_user)?;
+    let (command, args) = env::expand_command_and_args(c, &opts.envs);
+    let security_context =
+        security::linux_security_context(pod, c, &opts.image_user, &opts.seccomp_root)?;
     Ok(api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
             name: c.name.clone(),
@@ -91,10 +80,18 @@ pub fn container_config(
             user_specified_image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: envs(pod, c, pod_ip)?,
+        envs: opts
+            .envs
+            .iter()
+            .map(|(key, value)| api::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        mounts: mounts(c, opts),
         labels: labels::container_labels(pod, c),
         annotations: labels::container_annotations(pod, c, restart_count, is_init),
         log_path: log_path(c, restart_count),
@@ -102,23 +99,8 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: Some(api::LinuxContainerResources {
-                cpu_period: res.cpu_period,
-                cpu_quota: res.cpu_quota,
-                cpu_shares: res.cpu_shares,
-                memory_limit_in_bytes: res.memory_limit_bytes,
-                ..Default::default()
-            }),
-            security_context: Some(api::LinuxContainerSecurityContext {
-                namespace_options: Some(super::sandbox::pod_namespace_options(pod)),
-                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
-                readonly_rootfs: sc
-                    .and_then(|s| s.read_only_root_filesystem)
-                    .unwrap_or(false),
-                run_as_user: run_as_user.map(|value| api::Int64Value { value }),
-                run_as_group: run_as_group.map(|value| api::Int64Value { value }),
-                ..Default::default()
-            }),
+            resources: Some(linux_resources(c)),
+            security_context: Some(security_context),
         }),
         ..Default::default()
     })

@@ -22,6 +22,8 @@ pub enum RuntimeError {
         #[source]
         source: CriError,
     },
+    #[error("{what}")]
+    Config { what: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -171,7 +173,8 @@ impl RuntimeManager {
         pod: &Pod,
         attempt: u32,
     ) -> Result<(String, String), RuntimeError> {
-        let config = sandbox::sandbox_config(pod, attempt, &self.pod_logs_dir, &self.dns);
+        let config = sandbox::sandbox_config(pod, attempt, &self.pod_logs_dir, &self.dns)
+            .map_err(|what| RuntimeError::Config { what })?;
         tokio::fs::create_dir_all(&config.log_directory)
             .await
             .map_err(|source| RuntimeError::Io {
@@ -218,7 +221,8 @@ impl RuntimeManager {
         sandbox_attempt: u32,
     ) -> Result<String, StartFailure> {
         let sb_config =
-            sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns);
+            sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns)
+                .map_err(StartFailure::Create)?;
         let log_dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod).join(&c.name);
         if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
             return Err(StartFailure::Create(format!(

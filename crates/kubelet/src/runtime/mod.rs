@@ -3,9 +3,11 @@
 
 pub mod actions;
 pub mod container;
+pub mod env;
 pub mod labels;
 pub mod manager;
 pub mod sandbox;
+pub mod security;
 
 pub use actions::{compute_pod_actions, PodActions};
 pub use manager::{RuntimeError, RuntimeManager};

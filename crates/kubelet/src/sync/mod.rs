@@ -25,6 +25,7 @@ use crate::status::compute::{self, Reasons, StatusContext};
 use crate::status::StatusHandle;
 
 mod hooks;
+mod run_options;
 
 /// Upstream's pod worker retry period after a failed sync (`backOffPeriod`).
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);
@@ -99,6 +100,9 @@ pub struct SyncContext {
     pub prober: ProbeHandle,
     /// The latest probe results, kept by the SyncLoop from the prober's result stream.
     pub probes: tokio::sync::watch::Receiver<Arc<ProbeResults>>,
+    /// Node allocatable: what `resourceFieldRef` reports for a limit the container does not set.
+    pub allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -562,7 +566,9 @@ async fn start_container(
         .images
         .ensure(pod, c, &fp, &mut state.image_backoff)
         .await?;
-    let config = container::container_config(pod, c, &image_ref, restart_count, is_init, ip)
+    let pod_ips = run_options::pod_ips(pod, rt, ip, &ctx.node_ip);
+    let opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref).await?;
+    let config = container::container_config(pod, c, &image_ref, restart_count, is_init, &opts)
         .map_err(|e| StartError::new(Reason::CreateContainerConfigError, e.0))?;
     let res = ctx
         .runtime

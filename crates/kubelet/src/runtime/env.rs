@@ -1,0 +1,370 @@
+//! A container's environment (upstream `kubelet_pods.go` `makeEnvironmentVariables`,
+//! `podFieldSelectorRuntimeValue`, `fieldpath.ExtractFieldPathAsString` and
+//! `resource.ExtractContainerResourceValue`), and `$(VAR)` expansion of command and args
+//! (`kubecontainer.ExpandContainerCommandAndArgs`).
+//!
+//! Pure: everything the node knows (pod IPs, host IPs, allocatable) comes in [`EnvContext`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Container, ObjectFieldSelector, Pod, ResourceFieldSelector};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::container::ConfigError;
+use crate::expansion::{self, Lookup};
+use crate::resources::parse_milli;
+
+/// What the node contributes to a container's environment.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvContext<'a> {
+    /// The pod's IPs, primary first (the node's for host-network pods, as upstream's status).
+    pub pod_ips: &'a [String],
+    /// The node's IPs for `status.hostIP(s)`; empty when unknown.
+    pub host_ips: &'a [String],
+    /// Node allocatable, the limit `resourceFieldRef` reports for a container without one.
+    pub allocatable: &'a BTreeMap<String, Quantity>,
+}
+
+/// One environment variable, in the order the container declares it.
+pub type EnvVar = (String, String);
+
+/// The container's environment: `env` in declaration order, each value expanded against the
+/// variables declared before it (upstream `makeEnvironmentVariables`). Service links need the API
+/// server's services and are not added; `envFrom`, `configMapKeyRef` and `secretKeyRef` need the
+/// volume manager's ConfigMap and Secret access and fail with the variable's name until then.
+pub fn make_environment_variables(
+    pod: &Pod,
+    c: &Container,
+    cx: &EnvContext<'_>,
+) -> Result<Vec<EnvVar>, ConfigError> {
+    if let Some(from) = c.env_from.as_ref().filter(|f| !f.is_empty()) {
+        let what = if from[0].config_map_ref.is_some() {
+            "configMapRef"
+        } else {
+            "secretRef"
+        };
+        return Err(ConfigError(format!(
+            "envFrom {what} is not supported on this node yet (ConfigMaps and Secrets come with volumes)"
+        )));
+    }
+    let mut order: Vec<String> = Vec::new();
+    let mut values: HashMap<String, String> = HashMap::new();
+    for e in c.env.iter().flatten() {
+        let literal = e.value.as_deref().unwrap_or("");
+        let value = if !literal.is_empty() {
+            let ctx: [&dyn Lookup; 1] = [&values];
+            expansion::expand(literal, expansion::mapping_for(&ctx))
+        } else if let Some(from) = &e.value_from {
+            if let Some(f) = &from.field_ref {
+                pod_field_value(f, pod, cx).map_err(ConfigError)?
+            } else if let Some(r) = &from.resource_field_ref {
+                let (defaulted_pod, defaulted_c) = default_limits(pod, c, cx.allocatable);
+                container_resource_value(r, &defaulted_pod, &defaulted_c).map_err(ConfigError)?
+            } else {
+                let what = if from.config_map_key_ref.is_some() {
+                    "configMapKeyRef"
+                } else if from.secret_key_ref.is_some() {
+                    "secretKeyRef"
+                } else {
+                    "this valueFrom source"
+                };
+                return Err(ConfigError(format!(
+                    "env {:?}: {what} is not supported on this node yet (ConfigMaps and Secrets come with volumes)",
+                    e.name
+                )));
+            }
+        } else {
+            String::new()
+        };
+        if values.insert(e.name.clone(), value).is_none() {
+            order.push(e.name.clone());
+        }
+    }
+    Ok(order
+        .into_iter()
+        .map(|k| {
+            let v = values.remove(&k).unwrap_or_default();
+            (k, v)
+        })
+        .collect())
+}
+
+/// Command and args with `$(VAR)` expanded against the final environment (upstream
+/// `ExpandContainerCommandAndArgs`). Empty stays empty, so the image's ENTRYPOINT/CMD apply.
+pub fn expand_command_and_args(c: &Container, envs: &[EnvVar]) -> (Vec<String>, Vec<String>) {
+    let map: HashMap<String, String> = envs.iter().cloned().collect();
+    let ctx: [&dyn Lookup; 1] = [&map];
+    let mapping = expansion::mapping_for(&ctx);
+    let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
+        v.iter()
+            .flatten()
+            .map(|s| expansion::expand(s, &mapping))
+            .collect()
+    };
+    (expand_all(&c.command), expand_all(&c.args))
+}
+
+/// `fieldRef` (upstream `podFieldSelectorRuntimeValue` after `ConvertDownwardAPIFieldLabel`).
+pub fn pod_field_value(
+    f: &ObjectFieldSelector,
+    pod: &Pod,
+    cx: &EnvContext<'_>,
+) -> Result<String, String> {
+    let version = f.api_version.as_deref().unwrap_or("v1");
+    if version != "v1" && !version.is_empty() {
+        return Err(format!("unsupported pod version: {version}"));
+    }
+    let path = f.field_path.as_str();
+    let path = match split_subscript(path) {
+        Some((p, _)) if p != "metadata.annotations" && p != "metadata.labels" => {
+            return Err(format!("field label does not support subscript: {path}"))
+        }
+        Some(_) => path,
+        None => match path {
+            "spec.host" => "spec.nodeName",
+            "metadata.annotations"
+            | "metadata.labels"
+            | "metadata.name"
+            | "metadata.namespace"
+            | "metadata.uid"
+            | "spec.nodeName"
+            | "spec.restartPolicy"
+            | "spec.serviceAccountName"
+            | "spec.schedulerName"
+            | "status.phase"
+            | "status.hostIP"
+            | "status.hostIPs"
+            | "status.podIP"
+            | "status.podIPs" => path,
+            _ => return Err(format!("field label not supported: {path}")),
+        },
+    };
+    let spec = pod.spec.as_ref();
+    let host_ips = || -> Result<&[String], String> {
+        if cx.host_ips.is_empty() {
+            Err("failed to get host IP: the node IP is not known (set --node-ip)".into())
+        } else {
+            Ok(cx.host_ips)
+        }
+    };
+    match path {
+        "spec.nodeName" => return Ok(spec.and_then(|s| s.node_name.clone()).unwrap_or_default()),
+        "spec.serviceAccountName" => {
+            return Ok(spec
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default())
+        }
+        "status.hostIP" => return Ok(host_ips()?[0].clone()),
+        "status.hostIPs" => return Ok(host_ips()?.join(",")),
+        "status.podIP" => return Ok(cx.pod_ips.first().cloned().unwrap_or_default()),
+        "status.podIPs" => return Ok(cx.pod_ips.join(",")),
+        _ => {}
+    }
+    extract_field_path(pod, path)
+}
+
+/// `metadata.labels['k']` -> `("metadata.labels", "k")` (upstream `SplitMaybeSubscriptedPath`).
+fn split_subscript(path: &str) -> Option<(&str, &str)> {
+    let s = path.strip_suffix("']")?;
+    let (p, sub) = s.split_once("['")?;
+    (!p.is_empty()).then_some((p, sub))
+}
+
+/// Upstream `fieldpath.ExtractFieldPathAsString` for a pod's metadata.
+fn extract_field_path(pod: &Pod, path: &str) -> Result<String, String> {
+    let m = &pod.metadata;
+    let empty = BTreeMap::new();
+    let labels = m.labels.as_ref().unwrap_or(&empty);
+    let annotations = m.annotations.as_ref().unwrap_or(&empty);
+    if let Some((p, sub)) = split_subscript(path) {
+        let (map, key) = match p {
+            "metadata.annotations" => (annotations, sub.to_lowercase()),
+            "metadata.labels" => (labels, sub.to_string()),
+            _ => return Err(format!("fieldPath {path:?} does not support subscript")),
+        };
+        if let Err(e) = qualified_name(&key) {
+            return Err(format!("invalid key subscript in {path}: {e}"));
+        }
+        return Ok(map.get(sub).cloned().unwrap_or_default());
+    }
+    Ok(match path {
+        "metadata.annotations" => format_map(annotations),
+        "metadata.labels" => format_map(labels),
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+        _ => return Err(format!("unsupported fieldPath: {path}")),
+    })
+}
+
+/// Upstream `FormatMap`: `key="value"` lines in key order, values quoted as Go's `%q` does.
+pub fn format_map(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Go's `%q` for the printable text labels and annotations hold.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Upstream `validation.IsQualifiedName`: `[prefix/]name`, name 1-63 alphanumerics with `-_.`
+/// inside, prefix a DNS subdomain.
+fn qualified_name(v: &str) -> Result<(), String> {
+    let (prefix, name) = match v.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, v),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !name_ok {
+        return Err(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                .into(),
+        );
+    }
+    if let Some(p) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(label_ok) {
+            return Err("prefix part must be a lowercase RFC 1123 subdomain".into());
+        }
+    }
+    Ok(())
+}
+
+/// Upstream `defaultPodLimitsForDownwardAPI` + `MergeContainerResourceLimits`: a cpu, memory or
+/// ephemeral-storage limit that is unset (or zero) reads as the node's allocatable.
+fn default_limits(
+    pod: &Pod,
+    c: &Container,
+    allocatable: &BTreeMap<String, Quantity>,
+) -> (Pod, Container) {
+    let merge = |c: &mut Container| {
+        let limits = c
+            .resources
+            .get_or_insert_with(Default::default)
+            .limits
+            .get_or_insert_with(Default::default);
+        for name in ["cpu", "memory", "ephemeral-storage"] {
+            let unset = limits
+                .get(name)
+                .is_none_or(|q| parse_milli(&q.0).unwrap_or(0) == 0);
+            if unset {
+                if let Some(q) = allocatable.get(name) {
+                    limits.insert(name.to_string(), q.clone());
+                }
+            }
+        }
+    };
+    let mut p = pod.clone();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.containers.iter_mut().for_each(merge);
+    }
+    let mut c = c.clone();
+    merge(&mut c);
+    (p, c)
+}
+
+/// `resourceFieldRef` (upstream `containerResourceRuntimeValue`): the container's own, or the
+/// named container's (regular first, then init containers).
+pub fn container_resource_value(
+    fs: &ResourceFieldSelector,
+    pod: &Pod,
+    c: &Container,
+) -> Result<String, String> {
+    match fs.container_name.as_deref().filter(|n| !n.is_empty()) {
+        None => extract_container_resource_value(fs, c),
+        Some(name) => {
+            let spec = pod.spec.as_ref();
+            let found = spec
+                .map(|s| s.containers.iter())
+                .into_iter()
+                .flatten()
+                .chain(
+                    spec.and_then(|s| s.init_containers.as_ref())
+                        .into_iter()
+                        .flatten(),
+                )
+                .find(|x| x.name == name)
+                .ok_or_else(|| format!("container {name} not found"))?;
+            extract_container_resource_value(fs, found)
+        }
+    }
+}
+
+/// Upstream `ExtractContainerResourceValue`: the quantity divided by the divisor (default 1),
+/// rounded up; cpu in millis, everything else in whole units.
+fn extract_container_resource_value(
+    fs: &ResourceFieldSelector,
+    c: &Container,
+) -> Result<String, String> {
+    let divisor_milli = fs
+        .divisor
+        .as_ref()
+        .and_then(|q| parse_milli(&q.0))
+        .filter(|m| *m != 0)
+        .unwrap_or(1000);
+    let res = c.resources.as_ref();
+    let get = |limits: bool, name: &str| -> i128 {
+        res.and_then(|r| {
+            if limits {
+                r.limits.as_ref()
+            } else {
+                r.requests.as_ref()
+            }
+        })
+        .and_then(|m| m.get(name))
+        .and_then(|q| parse_milli(&q.0))
+        .unwrap_or(0)
+    };
+    let (limits, name) = match fs.resource.split_once('.') {
+        Some(("limits", n)) => (true, n),
+        Some(("requests", n)) => (false, n),
+        _ => return Err(format!("unsupported container resource : {}", fs.resource)),
+    };
+    let milli = get(limits, name);
+    // `Value()` of a quantity rounds its milli value up to whole units.
+    let value = |m: i128| -> i128 { (m + 999).div_euclid(1000) };
+    let ceil = |a: i128, b: i128| -> i128 { (a as f64 / b as f64).ceil() as i64 as i128 };
+    let out = match name {
+        "cpu" => ceil(milli, divisor_milli),
+        "memory" | "ephemeral-storage" => ceil(value(milli), value(divisor_milli)),
+        n if n.starts_with("hugepages-") => ceil(value(milli), value(divisor_milli)),
+        _ => return Err(format!("unsupported container resource : {}", fs.resource)),
+    };
+    Ok(out.to_string())
+}
+
+#[cfg(test)]
+#[path = "env_tests.rs"]
+mod tests;

@@ -1,0 +1,289 @@
+use super::*;
+use k8s_openapi::api::core::v1::{
+    ConfigMapKeySelector, EnvVar as KEnvVar, EnvVarSource, PodSpec, ResourceRequirements,
+};
+
+fn q(s: &str) -> Quantity {
+    Quantity(s.into())
+}
+
+fn pod() -> Pod {
+    let mut p = Pod::default();
+    p.metadata.name = Some("web".into());
+    p.metadata.namespace = Some("prod".into());
+    p.metadata.uid = Some("u-1".into());
+    p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+    p.metadata.annotations = Some(
+        [
+            ("b".to_string(), "say \"hi\"".to_string()),
+            ("a".to_string(), "x".to_string()),
+        ]
+        .into(),
+    );
+    p.spec = Some(PodSpec {
+        node_name: Some("node-1".into()),
+        service_account_name: Some("sa".into()),
+        containers: vec![Container {
+            name: "main".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    p
+}
+
+fn field(path: &str) -> ObjectFieldSelector {
+    ObjectFieldSelector {
+        api_version: Some("v1".into()),
+        field_path: path.into(),
+    }
+}
+
+fn ctx<'a>(
+    alloc: &'a BTreeMap<String, Quantity>,
+    ips: &'a [String],
+    host: &'a [String],
+) -> EnvContext<'a> {
+    EnvContext {
+        pod_ips: ips,
+        host_ips: host,
+        allocatable: alloc,
+    }
+}
+
+#[test]
+fn field_refs() {
+    let p = pod();
+    let alloc = BTreeMap::new();
+    let ips = vec!["10.0.0.5".to_string(), "fd00::5".to_string()];
+    let host = vec!["192.168.1.2".to_string()];
+    let cx = ctx(&alloc, &ips, &host);
+    let v = |path: &str| pod_field_value(&field(path), &p, &cx);
+    assert_eq!(v("metadata.name").unwrap(), "web");
+    assert_eq!(v("metadata.namespace").unwrap(), "prod");
+    assert_eq!(v("metadata.uid").unwrap(), "u-1");
+    assert_eq!(v("metadata.labels['app']").unwrap(), "web");
+    assert_eq!(v("metadata.labels['missing']").unwrap(), "");
+    assert_eq!(v("metadata.annotations['b']").unwrap(), "say \"hi\"");
+    assert_eq!(
+        v("metadata.annotations").unwrap(),
+        "a=\"x\"\nb=\"say \\\"hi\\\"\""
+    );
+    assert_eq!(v("metadata.labels").unwrap(), "app=\"web\"");
+    assert_eq!(v("spec.nodeName").unwrap(), "node-1");
+    assert_eq!(v("spec.host").unwrap(), "node-1");
+    assert_eq!(v("spec.serviceAccountName").unwrap(), "sa");
+    assert_eq!(v("status.podIP").unwrap(), "10.0.0.5");
+    assert_eq!(v("status.podIPs").unwrap(), "10.0.0.5,fd00::5");
+    assert_eq!(v("status.hostIP").unwrap(), "192.168.1.2");
+    assert_eq!(v("status.hostIPs").unwrap(), "192.168.1.2");
+    assert_eq!(
+        v("metadata.generateName").unwrap_err(),
+        "field label not supported: metadata.generateName"
+    );
+    assert_eq!(
+        v("status.phase").unwrap_err(),
+        "unsupported fieldPath: status.phase"
+    );
+    assert_eq!(
+        v("metadata.name['x']").unwrap_err(),
+        "field label does not support subscript: metadata.name['x']"
+    );
+    assert!(v("metadata.labels['-bad']")
+        .unwrap_err()
+        .starts_with("invalid key subscript"));
+    let mut other = field("metadata.name");
+    other.api_version = Some("v2".into());
+    assert_eq!(
+        pod_field_value(&other, &p, &cx).unwrap_err(),
+        "unsupported pod version: v2"
+    );
+    // Without a node IP upstream fails the container rather than inventing one.
+    let none = ctx(&alloc, &ips, &[]);
+    assert!(pod_field_value(&field("status.hostIP"), &p, &none).is_err());
+}
+
+fn with_resources(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
+    let m = |v: &[(&str, &str)]| {
+        (!v.is_empty()).then(|| v.iter().map(|(k, x)| (k.to_string(), q(x))).collect())
+    };
+    Container {
+        name: "main".into(),
+        resources: Some(ResourceRequirements {
+            limits: m(limits),
+            requests: m(requests),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn rf(resource: &str, divisor: Option<&str>) -> ResourceFieldSelector {
+    ResourceFieldSelector {
+        container_name: None,
+        divisor: divisor.map(q),
+        resource: resource.into(),
+    }
+}
+
+#[test]
+fn resource_field_refs_round_up_like_upstream() {
+    let c = with_resources(
+        &[
+            ("cpu", "250m"),
+            ("memory", "64Mi"),
+            ("hugepages-2Mi", "4Mi"),
+        ],
+        &[
+            ("cpu", "100m"),
+            ("memory", "1Gi"),
+            ("ephemeral-storage", "1500"),
+        ],
+    );
+    let p = pod();
+    let v = |r: &str, d: Option<&str>| container_resource_value(&rf(r, d), &p, &c);
+    assert_eq!(v("limits.cpu", None).unwrap(), "1");
+    assert_eq!(v("limits.cpu", Some("1m")).unwrap(), "250");
+    assert_eq!(v("limits.cpu", Some("100m")).unwrap(), "3");
+    assert_eq!(v("requests.cpu", Some("1m")).unwrap(), "100");
+    assert_eq!(v("limits.memory", None).unwrap(), "67108864");
+    assert_eq!(v("limits.memory", Some("1Mi")).unwrap(), "64");
+    assert_eq!(v("requests.memory", Some("1M")).unwrap(), "1074");
+    assert_eq!(v("requests.ephemeral-storage", Some("1k")).unwrap(), "2");
+    assert_eq!(v("limits.hugepages-2Mi", Some("1Mi")).unwrap(), "4");
+    // A divisor of 0 means 1, as upstream's zero-Quantity check.
+    assert_eq!(v("limits.memory", Some("0")).unwrap(), "67108864");
+    // Unset means zero here; make_environment_variables defaults limits first.
+    assert_eq!(v("limits.ephemeral-storage", None).unwrap(), "0");
+    assert_eq!(
+        v("limits.gpu", None).unwrap_err(),
+        "unsupported container resource : limits.gpu"
+    );
+}
+
+#[test]
+fn resource_field_ref_by_container_name() {
+    let mut p = pod();
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers
+        .push(with_resources(&[("memory", "2Mi")], &[]));
+    spec.containers[1].name = "side".into();
+    spec.init_containers = Some(vec![with_resources(&[("cpu", "2")], &[])]);
+    spec.init_containers.as_mut().unwrap()[0].name = "init".into();
+    let main = p.spec.as_ref().unwrap().containers[0].clone();
+    let mut sel = rf("limits.memory", Some("1Mi"));
+    sel.container_name = Some("side".into());
+    assert_eq!(container_resource_value(&sel, &p, &main).unwrap(), "2");
+    let mut sel = rf("limits.cpu", None);
+    sel.container_name = Some("init".into());
+    assert_eq!(container_resource_value(&sel, &p, &main).unwrap(), "2");
+    sel.container_name = Some("nope".into());
+    assert_eq!(
+        container_resource_value(&sel, &p, &main).unwrap_err(),
+        "container nope not found"
+    );
+}
+
+fn env(name: &str, value: &str) -> KEnvVar {
+    KEnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn env_from(name: &str, src: EnvVarSource) -> KEnvVar {
+    KEnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(src),
+    }
+}
+
+#[test]
+fn environment_expands_earlier_vars_and_defaults_limits_to_allocatable() {
+    let p = pod();
+    let mut c = with_resources(&[("memory", "32Mi")], &[]);
+    c.env = Some(vec![
+        env("LATER", "$(NAME)"),
+        env_from(
+            "NAME",
+            EnvVarSource {
+                field_ref: Some(field("metadata.name")),
+                ..Default::default()
+            },
+        ),
+        env("GREETING", "hello-$(NAME)-$$(NAME)-$(UNKNOWN)"),
+        env_from(
+            "CPU",
+            EnvVarSource {
+                resource_field_ref: Some(rf("limits.cpu", Some("1m"))),
+                ..Default::default()
+            },
+        ),
+        env_from(
+            "MEM",
+            EnvVarSource {
+                resource_field_ref: Some(rf("limits.memory", Some("1Mi"))),
+                ..Default::default()
+            },
+        ),
+        env("EMPTY", ""),
+        env("NAME", "again-$(NAME)"),
+    ]);
+    let alloc: BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), q("2")),
+        ("memory".to_string(), q("4Gi")),
+    ]
+    .into();
+    let ips = vec!["10.0.0.5".to_string()];
+    let got = make_environment_variables(&p, &c, &ctx(&alloc, &ips, &[])).unwrap();
+    let want: Vec<EnvVar> = [
+        ("LATER", "$(NAME)"),
+        ("NAME", "again-web"),
+        ("GREETING", "hello-web-$(NAME)-$(UNKNOWN)"),
+        ("CPU", "2000"),
+        ("MEM", "32"),
+        ("EMPTY", ""),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(got, want);
+
+    c.command = Some(vec![
+        "sh".into(),
+        "-c".into(),
+        "echo $(GREETING) $$(NAME) $HOME".into(),
+    ]);
+    c.args = Some(vec!["$(CPU)".into(), "$(NOPE)".into()]);
+    let (cmd, args) = expand_command_and_args(&c, &got);
+    assert_eq!(cmd[2], "echo hello-web-$(NAME)-$(UNKNOWN) $(NAME) $HOME");
+    assert_eq!(args, vec!["2000", "$(NOPE)"]);
+    c.command = None;
+    c.args = None;
+    assert_eq!(expand_command_and_args(&c, &got), (vec![], vec![]));
+}
+
+#[test]
+fn api_backed_sources_name_the_variable() {
+    let p = pod();
+    let mut c = with_resources(&[], &[]);
+    c.env = Some(vec![env_from(
+        "FROM_CM",
+        EnvVarSource {
+            config_map_key_ref: Some(ConfigMapKeySelector {
+                name: "cm".into(),
+                key: "k".into(),
+                optional: None,
+            }),
+            ..Default::default()
+        },
+    )]);
+    let alloc = BTreeMap::new();
+    let err = make_environment_variables(&p, &c, &ctx(&alloc, &[], &[])).unwrap_err();
+    assert!(
+        err.0.contains("\"FROM_CM\"") && err.0.contains("configMapKeyRef"),
+        "{err}"
+    );
+}

@@ -1,0 +1,83 @@
+//! The I/O half of a container's config (upstream `kubelet_pods.go` `GenerateRunContainerOptions`
+//! and `getImageUser`): environment, the managed /etc/hosts and the image's user. Any failure is a
+//! `CreateContainerConfigError`, as upstream reports errors from here.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::{pod_dir, Reason, StartError, SyncContext};
+use crate::hosts;
+use crate::podutil;
+use crate::runtime::container::RunContainerOptions;
+use crate::runtime::env::{self, EnvContext};
+use crate::runtime::PodRuntimeStatus;
+
+fn config_error(msg: impl Into<String>) -> StartError {
+    StartError::new(Reason::CreateContainerConfigError, msg)
+}
+
+/// The pod's IPs as upstream's SyncPod sees them: the sandbox's (primary first), or the node's
+/// for a host-network pod, whose status shows the node IP.
+pub fn pod_ips(pod: &Pod, rt: &PodRuntimeStatus, sandbox_ip: &str, node_ip: &str) -> Vec<String> {
+    if !sandbox_ip.is_empty() {
+        let mut ips = vec![sandbox_ip.to_string()];
+        if let Some(sb) = rt.sandboxes.first().filter(|s| s.ip == sandbox_ip) {
+            ips.extend(sb.additional_ips.iter().cloned());
+        }
+        return ips;
+    }
+    if podutil::host_network(pod) && !node_ip.is_empty() {
+        return vec![node_ip.to_string()];
+    }
+    Vec::new()
+}
+
+/// Upstream `GenerateRunContainerOptions` (env and mounts) plus `getImageUser`.
+pub async fn generate(
+    ctx: &SyncContext,
+    pod: &Pod,
+    c: &Container,
+    pod_ips: &[String],
+    image_ref: &str,
+) -> Result<RunContainerOptions, StartError> {
+    let host_ips: Vec<String> = (!ctx.node_ip.is_empty())
+        .then(|| ctx.node_ip.clone())
+        .into_iter()
+        .collect();
+    let cx = EnvContext {
+        pod_ips,
+        host_ips: &host_ips,
+        allocatable: &ctx.allocatable,
+    };
+    let envs = env::make_environment_variables(pod, c, &cx).map_err(|e| config_error(e.0))?;
+    let mut mounts = Vec::new();
+    // Upstream mounts the hosts file once the pod has an IP (a host-network pod has the node's),
+    // unless the container mounts something of its own there.
+    let own_hosts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.mount_path == hosts::ETC_HOSTS_PATH);
+    if !pod_ips.is_empty() && !own_hosts {
+        let dir = pod_dir(ctx, pod);
+        let m = hosts::make_hosts_mount(&dir, pod, pod_ips, &ctx.runtime.dns.cluster_domain)
+            .await
+            .map_err(|e| {
+                config_error(format!(
+                    "write hosts file {}: {e}",
+                    hosts::etc_hosts_path(&dir).display()
+                ))
+            })?;
+        mounts.push(m);
+    }
+    let image_user = ctx
+        .images
+        .image_user(image_ref)
+        .await
+        .map_err(|e| config_error(format!("inspect image {image_ref}: {}", e.message())))?;
+    Ok(RunContainerOptions {
+        envs,
+        mounts,
+        image_user,
+        seccomp_root: ctx.root_dir.join("seccomp"),
+    })
+}
