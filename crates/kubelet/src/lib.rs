@@ -9,6 +9,7 @@ pub mod events;
 pub mod health;
 pub mod images;
 pub mod kubelet;
+pub mod logs;
 pub mod mirror;
 pub mod node;
 pub mod pleg;

@@ -12,6 +12,8 @@ use tracing::{debug, warn};
 
 use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
+use crate::logs::LogHandle;
+use crate::podutil;
 
 /// Runtime operation errors; they carry the CRI error and what we were doing.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +30,8 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("container logs: {0}")]
+    Logs(#[from] crate::logs::LogsError),
 }
 
 fn cri(what: impl Into<String>) -> impl FnOnce(CriError) -> RuntimeError {
@@ -43,12 +47,14 @@ pub struct RuntimePodRef {
     pub namespace: String,
 }
 
-/// Cheap to clone: a CRI client and immutable settings.
+/// Cheap to clone: a CRI client, handles and immutable settings.
 #[derive(Clone, Debug)]
 pub struct RuntimeManager {
     pub cri: CriClient,
     pub pod_logs_dir: PathBuf,
     pub dns: DnsSettings,
+    /// Log symlinks on start, log removal before a container is removed.
+    pub logs: LogHandle,
 }
 
 fn uid_filter(uid: &str) -> std::collections::HashMap<String, String> {
@@ -219,6 +225,7 @@ impl RuntimeManager {
     ) -> Result<String, StartFailure> {
         let sb_config =
             sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns);
+        let log = PathBuf::from(&sb_config.log_directory).join(&config.log_path);
         let log_dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod).join(&c.name);
         if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
             return Err(StartFailure::Create(format!(
@@ -245,6 +252,15 @@ impl RuntimeManager {
         {
             return Err(StartFailure::Start(e.message()));
         }
+        self.logs
+            .container_started(
+                podutil::name(pod),
+                podutil::namespace(pod),
+                &c.name,
+                &id,
+                &log,
+            )
+            .await;
         Ok(id)
     }
 
@@ -264,7 +280,10 @@ impl RuntimeManager {
         }
     }
 
+    /// Removes the container's logs and log symlink, then the container (upstream
+    /// `removeContainer`: logs first, as they are found through the container's status).
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.logs.container_removed(id).await?;
         match self
             .cri
             .remove_container(api::RemoveContainerRequest {
