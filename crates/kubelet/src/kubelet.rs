@@ -222,6 +222,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     );
     let runtime = RuntimeManager {
         cri: cri.clone(),
+        root_dir: cfg.root_dir.clone(),
         logs,
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         dns: DnsSettings {

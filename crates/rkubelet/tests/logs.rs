@@ -1,6 +1,6 @@
-//! Container logs against a real containerd: rotation with ReopenContainerLog, the
-//! /var/log/containers symlinks and the `kubectl logs` reader (tail, since, limitBytes,
-//! timestamps, follow, previous).
+//! Container logs and termination messages against a real containerd: rotation with
+//! ReopenContainerLog, the /var/log/containers symlinks, the `kubectl logs` reader (tail, since,
+//! limitBytes, timestamps, follow, previous) and terminated-state messages.
 
 mod common;
 
@@ -264,4 +264,79 @@ async fn follow_returns_new_lines_until_the_container_exits() {
     assert_eq!(out, "f1\nf2\nf3\nf4\nf5\nf6\nf7\nf8\nf9\nf10\n");
     // It waited for lines written after it started.
     assert!(start.elapsed() > Duration::from_millis(500));
+}
+
+/// Exit code and message of the container's terminated state; None before it has one (or
+/// before the pod has container statuses at all).
+fn terminated_message(pod: &Pod, name: &str) -> Option<(i32, Option<String>)> {
+    let t = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)?
+        .state
+        .as_ref()?
+        .terminated
+        .clone()?;
+    Some((t.exit_code, t.message))
+}
+
+#[tokio::test]
+async fn termination_message_from_file() {
+    let mut env = Env::new(155);
+    env.start_kubelet();
+    env.write_manifest(
+        "bye.yaml",
+        &simple_pod("bye", "Never", "echo bye > /dev/termination-log; exit 3"),
+    );
+    let msg = env.wait_pod("bye", Duration::from_secs(30), "terminated", |p| {
+        terminated_message(p, "main")
+    });
+    assert_eq!(msg, (3, Some("bye\n".to_string())));
+}
+
+#[tokio::test]
+async fn fallback_to_logs_on_error_uses_the_log_tail() {
+    let mut env = Env::new(156);
+    env.start_kubelet();
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: fallback
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: fails
+    image: {IMAGE}
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "for i in $(seq 1 100); do echo line $i; done; exit 2"]
+  - name: succeeds
+    image: {IMAGE}
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "echo fine; exit 0"]
+  - name: writes
+    image: {IMAGE}
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "echo noise; echo from-file > /dev/termination-log; exit 1"]
+"#
+    );
+    env.write_manifest("fallback.yaml", &manifest);
+    let pod = env.wait_pod("fallback", Duration::from_secs(30), "all terminated", |p| {
+        ["fails", "succeeds", "writes"]
+            .iter()
+            .all(|c| terminated_message(p, c).is_some())
+            .then(|| p.clone())
+    });
+    let want: String = (21..=100).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(terminated_message(&pod, "fails"), Some((2, Some(want))));
+    // Exit 0: no fallback; a message in the file wins over the log.
+    assert_eq!(terminated_message(&pod, "succeeds"), Some((0, None)));
+    assert_eq!(
+        terminated_message(&pod, "writes"),
+        Some((1, Some("from-file\n".into())))
+    );
 }

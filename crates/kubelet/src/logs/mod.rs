@@ -1,7 +1,8 @@
 //! Container logs: the CRI log format, reading logs for `kubectl logs` (upstream
 //! `kuberuntime/logs/logs.go` `ReadLogs`), rotation (upstream `pkg/kubelet/logs`
-//! `ContainerLogManager`) and the `/var/log/containers` symlinks log shippers read
-//! (`kuberuntime_container.go` `legacyLogSymlink`).
+//! `ContainerLogManager`), the `/var/log/containers` symlinks log shippers read
+//! (`kuberuntime_container.go` `legacyLogSymlink`) and termination messages
+//! (`kuberuntime_container.go` `getTerminationMessage`, `readLastStringFromContainerLogs`).
 //!
 //! The runtime writes the log files (`<podLogsDir>/<ns>_<name>_<uid>/<container>/<n>.log`); the
 //! kubelet only reads, renames and deletes them. Rotated files stay uncompressed: upstream
@@ -12,6 +13,7 @@ pub mod manager;
 pub mod reader;
 pub mod symlink;
 pub mod tail;
+pub mod termination;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::format::*;
 use super::reader::{log_container_id, read_logs_with};
+use super::termination;
 use super::LogsError;
 
 const SAMPLE: &str = "\
@@ -302,6 +303,41 @@ async fn follow_with_tail_starts_at_the_tail() {
         .await
         .unwrap();
     assert_eq!(String::from_utf8(out).unwrap(), "five\n");
+}
+
+#[tokio::test]
+async fn termination_message_from_log_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("0.log");
+    let mut text = String::new();
+    for i in 0..100 {
+        text.push_str(&format!("2024-01-01T00:00:01Z stdout F line {i}\n"));
+    }
+    std::fs::write(&p, &text).unwrap();
+    let msg = termination::last_log_string(&p).await;
+    // 80 lines of about 8 bytes fit in 2 KiB: exactly the last 80.
+    assert!(msg.starts_with("line 20\n"), "{msg}");
+    assert!(msg.ends_with("line 99\n"));
+    let long = "x".repeat(100);
+    let mut text = String::new();
+    for _ in 0..80 {
+        text.push_str(&format!("2024-01-01T00:00:01Z stdout F {long}\n"));
+    }
+    std::fs::write(&p, &text).unwrap();
+    assert_eq!(termination::last_log_string(&p).await.len(), 2048);
+    assert!(termination::last_log_string(Path::new("/nonexistent"))
+        .await
+        .starts_with("Error on reading termination message from logs"));
+}
+
+#[test]
+fn termination_message_helpers() {
+    assert_eq!(termination::append("", "bye"), "bye");
+    assert_eq!(termination::append("OOM", "bye"), "OOM: bye");
+    assert_eq!(termination::append("OOM", ""), "OOM");
+    let mut s = "héllo".to_string();
+    termination::truncate(&mut s, 2);
+    assert_eq!(s, "h");
 }
 
 fn status(state: ContainerState, last: Option<ContainerState>) -> ContainerStatus {

@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
-use crate::logs::LogHandle;
+use crate::logs::{termination, LogHandle};
 use crate::podutil;
 
 /// Runtime operation errors; they carry the CRI error and what we were doing.
@@ -53,6 +53,8 @@ pub struct RuntimeManager {
     pub cri: CriClient,
     pub pod_logs_dir: PathBuf,
     pub dns: DnsSettings,
+    /// `--root-dir`: termination-log files live under `<root-dir>/pods/<uid>/containers/`.
+    pub root_dir: PathBuf,
     /// Log symlinks on start, log removal before a container is removed.
     pub logs: LogHandle,
 }
@@ -138,6 +140,10 @@ impl RuntimeManager {
             };
             let Some(st) = st else { continue };
             let ann = &st.annotations;
+            let mut message = st.message.clone();
+            if st.state == api::ContainerState::ContainerExited as i32 {
+                message = termination::append(&message, &termination::message(&st).await);
+            }
             out.containers.push(ContainerStatus {
                 id: st.id.clone(),
                 name: st
@@ -151,7 +157,7 @@ impl RuntimeManager {
                 finished_at: st.finished_at,
                 exit_code: st.exit_code,
                 reason: st.reason.clone(),
-                message: st.message.clone(),
+                message,
                 hash: ann.get(labels::CONTAINER_HASH).cloned().unwrap_or_default(),
                 restart_count: ann
                     .get(labels::CONTAINER_RESTART_COUNT)
@@ -219,12 +225,17 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         c: &Container,
-        config: api::ContainerConfig,
+        mut config: api::ContainerConfig,
         sandbox_id: &str,
         sandbox_attempt: u32,
     ) -> Result<String, StartFailure> {
         let sb_config =
             sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns);
+        if let Some(host) = termination::create_file(&self.root_dir, pod, c).await {
+            config
+                .mounts
+                .extend(super::container::termination_message_mount(c, &host));
+        }
         let log = PathBuf::from(&sb_config.log_directory).join(&config.log_path);
         let log_dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod).join(&c.name);
         if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
