@@ -213,6 +213,13 @@ impl CriClient {
         ContainerStatusResponse
     );
     rpc!(exec_sync, runtime, ExecSyncRequest, ExecSyncResponse);
+    rpc!(
+        /// Makes the runtime reopen a container's log file after the kubelet renamed it (rotation).
+        reopen_container_log,
+        runtime,
+        ReopenContainerLogRequest,
+        ReopenContainerLogResponse
+    );
     rpc!(list_images, image, ListImagesRequest, ListImagesResponse);
     rpc!(image_status, image, ImageStatusRequest, ImageStatusResponse);
     rpc!(remove_image, image, RemoveImageRequest, RemoveImageResponse);

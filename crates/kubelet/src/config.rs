@@ -86,6 +86,16 @@ pub struct KubeletConfig {
     /// `allowedUnsafeSysctls` / `--allowed-unsafe-sysctls`: sysctl names or `prefix*` patterns pods
     /// may set besides the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// `containerLogMaxSize` / `--container-log-max-size` in bytes: a log is rotated at this size.
+    pub container_log_max_size: u64,
+    /// `containerLogMaxFiles` / `--container-log-max-files`: files kept per container, live one
+    /// included.
+    pub container_log_max_files: u32,
+    /// `containerLogMonitorInterval`: how often logs are checked for rotation.
+    pub container_log_monitor_interval: Duration,
+    /// Where the `<pod>_<ns>_<container>-<id>.log` symlinks go. Upstream hardcodes
+    /// /var/log/containers; rkubelet's `--container-logs-dir` lets tests and odd layouts move it.
+    pub container_logs_dir: PathBuf,
 }
 
 impl Default for KubeletConfig {
@@ -117,6 +127,10 @@ impl Default for KubeletConfig {
             event_record_qps: 50,
             event_burst: 100,
             allowed_unsafe_sysctls: Vec::new(),
+            container_log_max_size: crate::logs::manager::DEFAULT_MAX_SIZE,
+            container_log_max_files: crate::logs::manager::DEFAULT_MAX_FILES as u32,
+            container_log_monitor_interval: crate::logs::manager::DEFAULT_MONITOR_INTERVAL,
+            container_logs_dir: PathBuf::from(crate::logs::DEFAULT_CONTAINER_LOGS_DIR),
         }
     }
 }
@@ -364,6 +378,24 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
     if let Some(list) = r.string_list("allowedUnsafeSysctls") {
         cfg.allowed_unsafe_sysctls = list;
     }
+    if let Some(q) = r.string("containerLogMaxSize") {
+        match parse_quantity_bytes(&q) {
+            Ok(n) => cfg.container_log_max_size = n,
+            Err(e) => r.errors.push(format!("containerLogMaxSize: {e}")),
+        }
+    }
+    if let Some(n) = r.int("containerLogMaxFiles") {
+        match u32::try_from(n) {
+            Ok(v) => cfg.container_log_max_files = v,
+            Err(_) => r.errors.push(format!(
+                "containerLogMaxFiles: must be greater than 1, got {n}"
+            )),
+        }
+    }
+    r.duration(
+        "containerLogMonitorInterval",
+        &mut cfg.container_log_monitor_interval,
+    );
     for key in r.map.keys() {
         if key == "kind" || key == "apiVersion" {
             continue;
@@ -416,6 +448,35 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
     if let Err(e) = rkubelet_cri::parse_endpoint(&cfg.container_runtime_endpoint) {
         errors.push(format!("containerRuntimeEndpoint: {e}"));
     }
+    if cfg.container_log_max_files < 2 {
+        errors.push(format!(
+            "containerLogMaxFiles: must be greater than 1, got {}",
+            cfg.container_log_max_files
+        ));
+    }
+    if cfg.container_log_monitor_interval < Duration::from_secs(3) {
+        errors.push(format!(
+            "containerLogMonitorInterval: must be at least 3s, got {}",
+            format_duration(cfg.container_log_monitor_interval)
+        ));
+    }
+    if !cfg.container_logs_dir.is_absolute() {
+        errors.push(format!(
+            "container logs dir: must be an absolute path, got {:?}",
+            cfg.container_logs_dir
+        ));
+    }
+}
+
+/// A resource quantity as a byte count (`10Mi`, `500k`, `1G`), rounded up like upstream's
+/// `Quantity.Value()`; for `containerLogMaxSize`.
+pub fn parse_quantity_bytes(s: &str) -> Result<u64, String> {
+    let milli =
+        crate::resources::parse_milli(s).ok_or_else(|| format!("{s:?} is not a valid quantity"))?;
+    if milli < 0 {
+        return Err(format!("{s:?} must not be negative"));
+    }
+    u64::try_from((milli + 999) / 1000).map_err(|_| format!("{s:?} is too large"))
 }
 
 /// Pulls typed fields out of the file's map, removing each one read and collecting type errors.
@@ -656,6 +717,41 @@ mod tests {
                 "{key} missing in {errors:?}"
             );
         }
+    }
+
+    #[test]
+    fn container_log_settings() {
+        assert_eq!(parse_quantity_bytes("10Mi"), Ok(10 * 1024 * 1024));
+        assert_eq!(parse_quantity_bytes("1k"), Ok(1000));
+        assert_eq!(parse_quantity_bytes("1.5Ki"), Ok(1536));
+        assert_eq!(parse_quantity_bytes("100"), Ok(100));
+        assert!(parse_quantity_bytes("10MB").is_err());
+        assert!(parse_quantity_bytes("-1Mi").is_err());
+        let l = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 5s\n",
+        )
+        .unwrap();
+        assert_eq!(l.config.container_log_max_size, 5 * 1024 * 1024);
+        assert_eq!(l.config.container_log_max_files, 3);
+        assert_eq!(
+            l.config.container_log_monitor_interval,
+            Duration::from_secs(5)
+        );
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        let d = KubeletConfig::default();
+        assert_eq!(
+            (d.container_log_max_size, d.container_log_max_files),
+            (10 * 1024 * 1024, 5)
+        );
+        let ConfigError::Invalid { errors, .. } = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerLogMaxSize: lots\ncontainerLogMaxFiles: 1\ncontainerLogMonitorInterval: 1s\n",
+        )
+        .unwrap_err() else {
+            panic!("expected Invalid");
+        };
+        assert_eq!(errors.len(), 3, "{errors:?}");
     }
 
     #[test]

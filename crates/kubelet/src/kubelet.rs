@@ -23,6 +23,7 @@ use crate::dns::{self, DnsSettings};
 use crate::events::{self, EventRecorder, EventType, Recorder};
 use crate::health::Health;
 use crate::images::ImageManager;
+use crate::logs::{ContainerLogManager, RotationPolicy};
 use crate::mirror::{MirrorHandle, MirrorManager};
 use crate::node::machine::{self, MachineInfo};
 use crate::node::status::{self as node_status, NodeSettings};
@@ -120,7 +121,11 @@ async fn kube_client(path: &std::path::Path) -> Result<kube::Client, KubeletErro
 
 /// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
 pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), KubeletError> {
-    for dir in [cfg.root_dir.join("pods"), cfg.pod_logs_dir.clone()] {
+    for dir in [
+        cfg.root_dir.join("pods"),
+        cfg.pod_logs_dir.clone(),
+        cfg.container_logs_dir.clone(),
+    ] {
         std::fs::create_dir_all(&dir).map_err(|source| KubeletError::Dir {
             path: dir.clone(),
             source,
@@ -211,8 +216,24 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     if cfg.cluster_dns.is_empty() {
         warn!("no clusterDNS configured: pods with dnsPolicy ClusterFirst fall back to dnsPolicy Default (upstream MissingClusterDNS)");
     }
+    let (log_mgr, logs) = ContainerLogManager::new(
+        cri.clone(),
+        RotationPolicy {
+            max_size: cfg.container_log_max_size,
+            max_files: cfg.container_log_max_files as usize,
+            interval: cfg.container_log_monitor_interval,
+        },
+        cfg.container_logs_dir.clone(),
+    );
+    tasks.spawn(
+        log_mgr
+            .run(cancel.child_token())
+            .instrument(tracing::info_span!("container_logs")),
+    );
     let runtime = RuntimeManager {
         cri: cri.clone(),
+        root_dir: cfg.root_dir.clone(),
+        logs,
         pod_logs_dir: cfg.pod_logs_dir.clone(),
         dns: DnsSettings {
             host: host_dns,

@@ -11,6 +11,7 @@ pub mod health;
 pub mod hosts;
 pub mod images;
 pub mod kubelet;
+pub mod logs;
 pub mod mirror;
 pub mod node;
 pub mod pleg;

@@ -99,6 +99,16 @@ struct Flags {
     /// (allowedUnsafeSysctls).
     #[arg(long, value_delimiter = ',', value_name = "SYSCTLS")]
     allowed_unsafe_sysctls: Option<Vec<String>>,
+    /// Rotate a container's log at this size, a quantity such as 10Mi (containerLogMaxSize).
+    #[arg(long, value_parser = config::parse_quantity_bytes, value_name = "QUANTITY")]
+    container_log_max_size: Option<u64>,
+    /// Log files kept per container, the live one included; at least 2 (containerLogMaxFiles).
+    #[arg(long, value_name = "N")]
+    container_log_max_files: Option<u32>,
+    /// rkubelet only: directory of the <pod>_<ns>_<container>-<id>.log symlinks, which upstream
+    /// hardcodes to /var/log/containers.
+    #[arg(long, value_name = "DIR")]
+    container_logs_dir: Option<PathBuf>,
     /// Log verbosity as upstream klog: 0-2 info, 3-4 debug, 5+ trace. RUST_LOG overrides.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     verbosity: u8,
@@ -148,7 +158,10 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
         resolv_conf,
         cluster_dns,
         cluster_domain,
-        allowed_unsafe_sysctls
+        allowed_unsafe_sysctls,
+        container_log_max_size,
+        container_log_max_files,
+        container_logs_dir
     );
     if let Some(q) = flags.event_qps {
         cfg.event_record_qps = q;

@@ -105,3 +105,18 @@ pub fn container_config(
         ..Default::default()
     })
 }
+
+/// The bind mount of an instance's termination-log file at `terminationMessagePath` (the
+/// termination part of upstream `makeMounts`). Kept apart from [`container_config`], which stays
+/// pure: the runtime manager creates the file and adds this mount just before CreateContainer.
+pub fn termination_message_mount(c: &Container, host_path: &std::path::Path) -> Option<api::Mount> {
+    let path = c
+        .termination_message_path
+        .as_deref()
+        .filter(|p| !p.is_empty())?;
+    Some(api::Mount {
+        container_path: path.to_string(),
+        host_path: host_path.to_string_lossy().into_owned(),
+        ..Default::default()
+    })
+}

@@ -12,6 +12,8 @@ use tracing::{debug, warn};
 
 use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
+use crate::logs::{termination, LogHandle};
+use crate::podutil;
 
 /// Runtime operation errors; they carry the CRI error and what we were doing.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,8 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("container logs: {0}")]
+    Logs(#[from] crate::logs::LogsError),
 }
 
 fn cri(what: impl Into<String>) -> impl FnOnce(CriError) -> RuntimeError {
@@ -45,12 +49,16 @@ pub struct RuntimePodRef {
     pub namespace: String,
 }
 
-/// Cheap to clone: a CRI client and immutable settings.
+/// Cheap to clone: a CRI client, handles and immutable settings.
 #[derive(Clone, Debug)]
 pub struct RuntimeManager {
     pub cri: CriClient,
     pub pod_logs_dir: PathBuf,
     pub dns: DnsSettings,
+    /// `--root-dir`: termination-log files live under `<root-dir>/pods/<uid>/containers/`.
+    pub root_dir: PathBuf,
+    /// Log symlinks on start, log removal before a container is removed.
+    pub logs: LogHandle,
 }
 
 fn uid_filter(uid: &str) -> std::collections::HashMap<String, String> {
@@ -134,6 +142,10 @@ impl RuntimeManager {
             };
             let Some(st) = st else { continue };
             let ann = &st.annotations;
+            let mut message = st.message.clone();
+            if st.state == api::ContainerState::ContainerExited as i32 {
+                message = termination::append(&message, &termination::message(&st).await);
+            }
             out.containers.push(ContainerStatus {
                 id: st.id.clone(),
                 name: st
@@ -147,7 +159,7 @@ impl RuntimeManager {
                 finished_at: st.finished_at,
                 exit_code: st.exit_code,
                 reason: st.reason.clone(),
-                message: st.message.clone(),
+                message,
                 hash: ann.get(labels::CONTAINER_HASH).cloned().unwrap_or_default(),
                 restart_count: ann
                     .get(labels::CONTAINER_RESTART_COUNT)
@@ -216,13 +228,19 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         c: &Container,
-        config: api::ContainerConfig,
+        mut config: api::ContainerConfig,
         sandbox_id: &str,
         sandbox_attempt: u32,
     ) -> Result<String, StartFailure> {
         let sb_config =
             sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns)
                 .map_err(StartFailure::Create)?;
+        if let Some(host) = termination::create_file(&self.root_dir, pod, c).await {
+            config
+                .mounts
+                .extend(super::container::termination_message_mount(c, &host));
+        }
+        let log = PathBuf::from(&sb_config.log_directory).join(&config.log_path);
         let log_dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod).join(&c.name);
         if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
             return Err(StartFailure::Create(format!(
@@ -249,6 +267,15 @@ impl RuntimeManager {
         {
             return Err(StartFailure::Start(e.message()));
         }
+        self.logs
+            .container_started(
+                podutil::name(pod),
+                podutil::namespace(pod),
+                &c.name,
+                &id,
+                &log,
+            )
+            .await;
         Ok(id)
     }
 
@@ -268,7 +295,10 @@ impl RuntimeManager {
         }
     }
 
+    /// Removes the container's logs and log symlink, then the container (upstream
+    /// `removeContainer`: logs first, as they are found through the container's status).
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.logs.container_removed(id).await?;
         match self
             .cri
             .remove_container(api::RemoveContainerRequest {

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub use k8s_openapi::jiff::Timestamp;
 
+use crate::logs::termination;
 use crate::podutil;
 use crate::prober::{is_restartable_init, probe_of, ProbeKind, ProbeResults};
 use crate::resources;
@@ -511,7 +512,7 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
     conditions.push(condition("ContainersReady", ok, why, msg, cx));
     conditions.push(condition("PodScheduled", true, None, None, cx));
 
-    PodStatus {
+    let mut status = PodStatus {
         phase: Some(phase.into()),
         reason,
         message,
@@ -529,6 +530,35 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
         ..Default::default()
+    };
+    cap_termination_messages(pod, &mut status);
+    status
+}
+
+/// Upstream status manager `normalizeStatus`: the pod's containers share
+/// `MaxPodTerminationMessageLogLength` (12 KiB) of termination messages equally.
+fn cap_termination_messages(pod: &Pod, status: &mut PodStatus) {
+    let spec = pod.spec.as_ref();
+    let n = podutil::init_containers(pod).len()
+        + podutil::containers(pod).len()
+        + spec
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .map_or(0, |e| e.len());
+    let per = termination::MAX_POD_MESSAGE_LENGTH / n.max(1);
+    let all = status
+        .init_container_statuses
+        .iter_mut()
+        .chain(status.container_statuses.iter_mut())
+        .flatten();
+    for c in all {
+        for st in [c.state.as_mut(), c.last_state.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(m) = st.terminated.as_mut().and_then(|t| t.message.as_mut()) {
+                termination::truncate(m, per);
+            }
+        }
     }
 }
 
@@ -1067,5 +1097,39 @@ mod tests {
             Some(&early)
         );
         assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.9"));
+    }
+
+    #[test]
+    fn termination_messages_share_the_pod_budget() {
+        let p = pod("Never", &[], &["a", "b", "c"]);
+        let mut a = ctr(&p, "a", Exited, 1, 3, 0);
+        a.message = "é".repeat(3000); // 6000 bytes
+        let mut b = ctr(&p, "b", Exited, 0, 2, 0);
+        b.message = "bye\n".into();
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![a, b, ctr(&p, "c", Exited, 0, 1, 0)],
+        };
+        let s = gen(&p, &rt, &Reasons::new(), None);
+        let msg = |name: &str| {
+            s.container_statuses
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap()
+                .state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .message
+                .clone()
+        };
+        // 12 KiB / 3 containers = 4096 bytes each, cut at a character boundary.
+        assert_eq!(msg("a").unwrap(), "é".repeat(2048));
+        assert_eq!(msg("b").as_deref(), Some("bye\n"));
+        assert_eq!(msg("c"), None);
     }
 }

@@ -133,6 +133,11 @@ impl Env {
             .arg("--hostname-override")
             .arg(&self.node)
             .arg("--v=4")
+            // Never the host's /var/log/containers.
+            .arg(format!(
+                "--container-logs-dir={}",
+                self.container_logs_dir().display()
+            ))
             .args(extra)
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
@@ -148,6 +153,11 @@ impl Env {
                 .ok()
                 .filter(|(c, _)| *c == 200)
         });
+    }
+
+    /// Where this test's rkubelet puts the `<pod>_<ns>_<container>-<id>.log` symlinks.
+    pub fn container_logs_dir(&self) -> PathBuf {
+        self.dir.join("containers")
     }
 
     fn kubelet_log_path(&self, run: u32) -> PathBuf {

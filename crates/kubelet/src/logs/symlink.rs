@@ -1,0 +1,163 @@
+//! The `/var/log/containers/<pod>_<ns>_<container>-<id>.log` symlinks node log shippers
+//! (fluentd, fluent-bit, promtail) read (upstream `kuberuntime_container.go` `legacyLogSymlink`,
+//! `removeContainerLog`, and the dangling-symlink part of `kuberuntime_gc.go`).
+
+use std::path::{Path, PathBuf};
+
+use rkubelet_cri::{api, CriClient};
+use tracing::{debug, warn};
+
+use super::{io_err, LogsError};
+use crate::runtime::labels;
+
+/// Upstream `legacyLogSuffix`.
+const SUFFIX: &str = ".log";
+/// A file name may not be longer on ext4; upstream cuts the name to fit.
+const EXT4_MAX_FILE_NAME_LEN: usize = 255;
+
+/// Upstream `logSymlink`: `<dir>/<pod>_<ns>_<container>-<id>.log`, cut to 255 bytes.
+pub fn symlink_path(dir: &Path, pod: &str, namespace: &str, container: &str, id: &str) -> PathBuf {
+    let mut name = format!("{pod}_{namespace}_{container}-{id}");
+    let max = EXT4_MAX_FILE_NAME_LEN - SUFFIX.len();
+    if name.len() > max {
+        let mut cut = max;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+    }
+    name.push_str(SUFFIX);
+    dir.join(name)
+}
+
+/// The container ID a symlink name ends with (upstream `getContainerIDFromLegacyLogSymlink`): the
+/// part after the last `-`, at least 6 characters as runtimes accept short IDs.
+pub fn container_id_of(symlink: &str) -> Option<&str> {
+    let id = symlink.rsplit('-').next()?.strip_suffix(SUFFIX)?;
+    (id.len() >= 6).then_some(id)
+}
+
+/// Links `log` from `dir` after a container started. As upstream, no link is made to a log that
+/// does not exist (it would dangle), and a failure is logged, not fatal.
+pub async fn create(dir: &Path, pod: &str, namespace: &str, container: &str, id: &str, log: &Path) {
+    if let Err(e) = tokio::fs::symlink_metadata(log).await {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return;
+        }
+    }
+    let link = symlink_path(dir, pod, namespace, container, id);
+    if let Err(e) = tokio::fs::symlink(log, &link).await {
+        warn!(path = %link.display(), container_id = %id, log = %log.display(), error = %e,
+            "failed to create container log symlink");
+    }
+}
+
+async fn remove_if_present(path: &Path, what: &'static str) -> Result<(), LogsError> {
+    match tokio::fs::remove_file(path).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(what, path)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Removes a container's log files (the live one and every rotated one) and its symlink before
+/// the container itself is removed (upstream `containerLogManager.Clean` + `removeContainerLog`).
+/// A container the runtime no longer knows has nothing left to find its files by.
+pub async fn clean(cri: &CriClient, dir: &Path, id: &str) -> Result<(), LogsError> {
+    let status = match cri
+        .container_status(api::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+    {
+        Ok(r) => r.status,
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(source) => {
+            return Err(LogsError::Cri {
+                what: format!("status of container {id}"),
+                source,
+            })
+        }
+    };
+    let Some(status) = status else { return Ok(()) };
+    if !status.log_path.is_empty() {
+        for f in files_with_prefix(Path::new(&status.log_path)).await? {
+            remove_if_present(&f, "remove container log").await?;
+        }
+    }
+    let l = &status.labels;
+    let get = |k: &str| l.get(k).map(String::as_str).unwrap_or_default();
+    let link = symlink_path(
+        dir,
+        get(labels::POD_NAME),
+        get(labels::POD_NAMESPACE),
+        get(labels::CONTAINER_NAME),
+        id,
+    );
+    remove_if_present(&link, "remove container log symlink").await
+}
+
+/// `<log>*`: the live log and its rotated siblings (upstream globs the same pattern).
+pub(crate) async fn files_with_prefix(log: &Path) -> Result<Vec<PathBuf>, LogsError> {
+    let (Some(dir), Some(name)) = (log.parent(), log.file_name().and_then(|n| n.to_str())) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io_err("list log directory", dir)(e)),
+    };
+    while let Some(e) = entries
+        .next_entry()
+        .await
+        .map_err(io_err("list log directory", dir))?
+    {
+        if e.file_name().to_str().is_some_and(|n| n.starts_with(name)) {
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Removes symlinks whose log is gone, unless their container still runs (its log is missing
+/// only for the moment between a rotation's rename and the runtime reopening it). Upstream's
+/// container GC does this; we have no container GC yet, so the log manager does it each round.
+pub async fn remove_dangling(cri: &CriClient, dir: &Path) {
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(e) => e,
+        Err(e) => {
+            debug!(dir = %dir.display(), error = %e, "cannot list container log symlinks");
+            return;
+        }
+    };
+    while let Ok(Some(e)) = entries.next_entry().await {
+        let path = e.path();
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !name.ends_with(SUFFIX) || tokio::fs::metadata(&path).await.is_ok() {
+            continue;
+        }
+        if let Some(id) = container_id_of(&name) {
+            let st = cri
+                .container_status(api::ContainerStatusRequest {
+                    container_id: id.to_string(),
+                    verbose: false,
+                })
+                .await;
+            if let Ok(Some(s)) = st.map(|r| r.status) {
+                if s.state != api::ContainerState::ContainerExited as i32 {
+                    continue;
+                }
+            }
+        }
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => debug!(path = %path.display(), "removed dangling container log symlink"),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "failed to remove dangling container log symlink")
+            }
+        }
+    }
+}
