@@ -1,7 +1,7 @@
 //! Small accessors over `v1.Pod` that every manager needs (upstream `kubecontainer.GetPodFullName`,
 //! `format.Pod`, `kubetypes.IsStaticPod`, API defaulting).
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSecurityContext};
 
 use crate::source::static_pod::{default_pull_policy, CONFIG_SOURCE_ANNOTATION};
 
@@ -54,6 +54,89 @@ pub fn init_containers(pod: &Pod) -> &[Container] {
         .as_ref()
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or(&[])
+}
+
+/// Which list of the spec a container comes from: it decides events' field paths, the container
+/// type annotation, and the rules the kubelet applies (init order, never restarting ephemeral
+/// containers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    Regular,
+    Init,
+    Ephemeral,
+}
+
+impl ContainerKind {
+    /// Upstream's `fieldPath` of a container in events: `spec.containers{name}`.
+    pub fn field_path(self, name: &str) -> String {
+        let list = match self {
+            ContainerKind::Regular => "containers",
+            ContainerKind::Init => "initContainers",
+            ContainerKind::Ephemeral => "ephemeralContainers",
+        };
+        format!("spec.{list}{{{name}}}")
+    }
+
+    /// The `io.kubernetes.container.type` annotation's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ContainerKind::Regular => "container",
+            ContainerKind::Init => "init",
+            ContainerKind::Ephemeral => "ephemeral",
+        }
+    }
+}
+
+/// The kind of the spec container named `name` (names are unique across the three lists).
+pub fn kind_of(pod: &Pod, name: &str) -> Option<ContainerKind> {
+    if containers(pod).iter().any(|c| c.name == name) {
+        Some(ContainerKind::Regular)
+    } else if init_containers(pod).iter().any(|c| c.name == name) {
+        Some(ContainerKind::Init)
+    } else if ephemeral_specs(pod).iter().any(|c| c.name == name) {
+        Some(ContainerKind::Ephemeral)
+    } else {
+        None
+    }
+}
+
+pub fn ephemeral_specs(pod: &Pod) -> &[EphemeralContainer] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// An ephemeral container as the `Container` it is run as (upstream converts
+/// `EphemeralContainerCommon` the same way); `targetContainerName` is read from the spec apart.
+pub fn ephemeral_as_container(e: &EphemeralContainer) -> Container {
+    Container {
+        args: e.args.clone(),
+        command: e.command.clone(),
+        env: e.env.clone(),
+        env_from: e.env_from.clone(),
+        image: e.image.clone(),
+        image_pull_policy: e.image_pull_policy.clone(),
+        lifecycle: e.lifecycle.clone(),
+        liveness_probe: e.liveness_probe.clone(),
+        name: e.name.clone(),
+        ports: e.ports.clone(),
+        readiness_probe: e.readiness_probe.clone(),
+        resize_policy: e.resize_policy.clone(),
+        resources: e.resources.clone(),
+        restart_policy: e.restart_policy.clone(),
+        security_context: e.security_context.clone(),
+        startup_probe: e.startup_probe.clone(),
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        termination_message_path: e.termination_message_path.clone(),
+        termination_message_policy: e.termination_message_policy.clone(),
+        tty: e.tty,
+        volume_devices: e.volume_devices.clone(),
+        volume_mounts: e.volume_mounts.clone(),
+        working_dir: e.working_dir.clone(),
+        ..Default::default()
+    }
 }
 
 pub fn host_network(pod: &Pod) -> bool {

@@ -637,3 +637,74 @@ async fn restart_keeps_running_pods_that_no_longer_fit() {
         .kubelet_log()
         .contains("pod rejected pod=default/second"));
 }
+
+#[tokio::test]
+async fn ephemeral_containers_join_the_target_and_never_restart() {
+    // Ephemeral containers are alpha in kube-apiserver 1.20 (hack/control-plane.sh enables the
+    // gate). What `kubectl debug --target` sends to a pre-1.22 server, sent as is: kubectl 1.32's
+    // own fallback to that API fails in its client scheme ("no kind EphemeralContainers").
+    let cp = ControlPlane::up("debug");
+    let mut env = Env::new(127);
+    start_node(&cp, &mut env);
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("app", &env.node, SLEEPER, 2)),
+    );
+    wait_json("app Running", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "app"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let ephemeral = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "EphemeralContainers",
+        "metadata": {"name": "app", "namespace": "default"},
+        "ephemeralContainers": [{
+            "name": "debugger",
+            "image": IMAGE,
+            "imagePullPolicy": "IfNotPresent",
+            "terminationMessagePolicy": "File",
+            "targetContainerName": "main",
+            "command": ["sh", "-c", "ps; exit 3"],
+        }],
+    });
+    cp.kubectl_stdin(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/default/pods/app/ephemeralcontainers",
+            "-f",
+            "-",
+        ],
+        Some(&ephemeral.to_string()),
+    );
+    let pod = wait_json("debugger ran", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "app"])?;
+        let st = &p["status"]["ephemeralContainerStatuses"][0];
+        st["state"]["terminated"].is_object().then_some(p)
+    });
+    let st = &pod["status"]["ephemeralContainerStatuses"][0];
+    assert_eq!(st["name"], "debugger");
+    assert_eq!(st["state"]["terminated"]["exitCode"], 3, "{st}");
+    assert_eq!(st["ready"], false);
+    // It shared the target's PID namespace: `ps` saw the app's shell loop.
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let log = std::fs::read_to_string(env.logs.join(format!("default_app_{uid}/debugger/0.log")))
+        .unwrap();
+    assert!(log.contains("while true"), "{log}");
+    // Never restarted, whatever its exit; the app was not touched by the spec change.
+    std::thread::sleep(Duration::from_secs(4));
+    let debuggers = env
+        .containers_of(uid)
+        .await
+        .into_iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "debugger"))
+        .count();
+    assert_eq!(debuggers, 1);
+    let pod = cp.get_json(&["pod", "app"]).unwrap();
+    assert_eq!(
+        pod["status"]["ephemeralContainerStatuses"][0]["restartCount"],
+        0
+    );
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(pod["status"]["phase"], "Running");
+}

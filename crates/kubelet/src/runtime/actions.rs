@@ -34,6 +34,8 @@ pub struct PodActions {
     pub init_containers_to_start: Vec<usize>,
     /// Indexes into `spec.containers`.
     pub containers_to_start: Vec<usize>,
+    /// Indexes into `spec.ephemeralContainers`: those never started (they never restart).
+    pub ephemeral_containers_to_start: Vec<usize>,
     pub containers_to_kill: Vec<ContainerToKill>,
 }
 
@@ -282,6 +284,15 @@ pub fn compute_pod_actions(
         a.containers_to_start = to_start;
         return a;
     }
+
+    // Ephemeral containers may start before initialization finished; once they ran they are
+    // never started again, whatever their exit.
+    a.ephemeral_containers_to_start = podutil::ephemeral_specs(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| status.find(&e.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
 
     let initialized = compute_init_actions(pod, status, probes, &mut a);
     if a.kill_pod || !initialized {
@@ -814,6 +825,44 @@ mod tests {
         };
         let a = compute_pod_actions(&p, &status, &ProbeResults::new());
         assert!(!a.create_sandbox);
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_and_never_restart() {
+        let mut p = sidecar_pod("Always", &["init"], &["a"]);
+        p.spec.as_mut().unwrap().ephemeral_containers =
+            Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+                name: "debug".into(),
+                image: Some("img:1".into()),
+                ..Default::default()
+            }]);
+        let eph = |name: &str, state, exit| ContainerStatus {
+            id: format!("id-{name}"),
+            name: name.into(),
+            state,
+            exit_code: exit,
+            ..Default::default()
+        };
+        let none = ProbeResults::new();
+        // Not started yet: started, even while initialization is still going on.
+        let a = actions(&p, vec![ctr(&p, "init", Running, 0)], &none);
+        assert_eq!(a.ephemeral_containers_to_start, vec![0]);
+        assert!(a.containers_to_start.is_empty());
+        // Exited (even failed): never again; it does not keep a finished pod alive either.
+        let a = actions(
+            &p,
+            vec![
+                eph("debug", Exited, 1),
+                ctr(&p, "a", Running, 0),
+                ctr(&p, "init", Exited, 0),
+            ],
+            &none,
+        );
+        assert!(a.ephemeral_containers_to_start.is_empty());
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+        // A new sandbox does not bring ephemeral containers back.
+        let a = compute_pod_actions(&p, &PodRuntimeStatus::default(), &none);
+        assert!(a.create_sandbox && a.ephemeral_containers_to_start.is_empty());
     }
 
     #[test]

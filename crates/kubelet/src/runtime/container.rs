@@ -12,6 +12,7 @@ use rkubelet_cri::api;
 use super::env::{self, EnvVar};
 use super::labels;
 use super::security::{self, ImageUser};
+use crate::podutil::ContainerKind;
 use crate::resources;
 
 /// Why a config could not be built; surfaces as `CreateContainerConfigError`.
@@ -31,6 +32,9 @@ pub struct RunContainerOptions {
     pub image_user: ImageUser,
     /// `<root-dir>/seccomp`, the base of Localhost seccomp profiles.
     pub seccomp_root: PathBuf,
+    /// An ephemeral container's `targetContainerName`, resolved to the running container's ID:
+    /// it joins that container's PID namespace (upstream `TargetId` with `NamespaceMode_TARGET`).
+    pub target_container_id: Option<String>,
 }
 
 /// Container log path relative to the sandbox log directory: `<name>/<restartCount>.log`.
@@ -63,13 +67,19 @@ pub fn container_config(
     c: &Container,
     image_ref: &str,
     restart_count: i32,
-    is_init: bool,
+    kind: ContainerKind,
     opts: &RunContainerOptions,
 ) -> Result<api::ContainerConfig, ConfigError> {
     security::verify_run_as_non_root(pod, c, &opts.image_user)?;
     let (command, args) = env::expand_command_and_args(c, &opts.envs);
-    let security_context =
+    let mut security_context =
         security::linux_security_context(pod, c, &opts.image_user, &opts.seccomp_root)?;
+    if let Some(target) = &opts.target_container_id {
+        if let Some(ns) = security_context.namespace_options.as_mut() {
+            ns.pid = api::NamespaceMode::Target as i32;
+            ns.target_id = target.clone();
+        }
+    }
     Ok(api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
             name: c.name.clone(),
@@ -93,7 +103,7 @@ pub fn container_config(
             .collect(),
         mounts: mounts(c, opts),
         labels: labels::container_labels(pod, c),
-        annotations: labels::container_annotations(pod, c, restart_count, is_init),
+        annotations: labels::container_annotations(pod, c, restart_count, kind),
         log_path: log_path(c, restart_count),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use sha2::{Digest, Sha256};
 
-use crate::podutil;
+use crate::podutil::{self, ContainerKind};
 
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
@@ -60,7 +60,7 @@ pub fn container_annotations(
     pod: &Pod,
     c: &Container,
     restart_count: i32,
-    is_init: bool,
+    kind: ContainerKind,
 ) -> HashMap<String, String> {
     let mut a = HashMap::from([
         (CONTAINER_HASH.into(), container_hash(c)),
@@ -77,10 +77,7 @@ pub fn container_annotations(
             POD_TERMINATION_GRACE_PERIOD.into(),
             podutil::grace_period_seconds(pod).to_string(),
         ),
-        (
-            CONTAINER_TYPE.into(),
-            if is_init { "init" } else { "container" }.into(),
-        ),
+        (CONTAINER_TYPE.into(), kind.label().into()),
     ]);
     if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty()) {
         a.insert(

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub use k8s_openapi::jiff::Timestamp;
 
 use crate::logs::termination;
-use crate::podutil;
+use crate::podutil::{self, ContainerKind};
 use crate::prober::{is_restartable_init, probe_of, ProbeKind, ProbeResults};
 use crate::resources;
 use crate::runtime::actions::should_container_be_restarted;
@@ -126,7 +126,7 @@ fn container_statuses(
     rt: &PodRuntimeStatus,
     cx: &StatusContext,
     default_waiting: &str,
-    is_init: bool,
+    kind: ContainerKind,
 ) -> Vec<ApiContainerStatus> {
     specs
         .iter()
@@ -153,9 +153,12 @@ fn container_statuses(
                         probe_of(c, ProbeKind::Startup).is_some(),
                     );
                     st.started = Some(started);
-                    st.ready = if is_init && !is_restartable_init(c) {
+                    st.ready = if kind == ContainerKind::Init && !is_restartable_init(c) {
                         // Upstream: a regular init container is ready once it succeeded.
                         s.state == ContainerState::Exited && s.exit_code == 0
+                    } else if kind == ContainerKind::Ephemeral {
+                        // The prober never looks at ephemeral containers: never ready.
+                        false
                     } else {
                         started
                             && cx.probes.is_ready(
@@ -445,18 +448,39 @@ fn ready_condition(pod: &Pod, conditions: &[PodCondition], containers_ready: Con
 /// Computes the whole API status of a pod.
 pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStatus {
     let inits = podutil::init_containers(pod);
-    let init_done_before = rt.containers.iter().any(|c| !c.is_init);
-    let init_statuses = container_statuses(pod, inits, rt, cx, "PodInitializing", true);
+    let regular = |name: &str| podutil::containers(pod).iter().any(|c| c.name == name);
+    let init_done_before = rt.containers.iter().any(|c| regular(&c.name));
+    let init_statuses =
+        container_statuses(pod, inits, rt, cx, "PodInitializing", ContainerKind::Init);
     let app_waiting = if inits.is_empty() || init_done_before {
         "ContainerCreating"
     } else {
         "PodInitializing"
     };
-    let statuses = container_statuses(pod, podutil::containers(pod), rt, cx, app_waiting, false);
+    let statuses = container_statuses(
+        pod,
+        podutil::containers(pod),
+        rt,
+        cx,
+        app_waiting,
+        ContainerKind::Regular,
+    );
+    let ephemeral: Vec<Container> = podutil::ephemeral_specs(pod)
+        .iter()
+        .map(podutil::ephemeral_as_container)
+        .collect();
+    let ephemeral_statuses = container_statuses(
+        pod,
+        &ephemeral,
+        rt,
+        cx,
+        "ContainerCreating",
+        ContainerKind::Ephemeral,
+    );
     let active_regular = rt
         .containers
         .iter()
-        .any(|c| !c.is_init && c.state == ContainerState::Running);
+        .any(|c| regular(&c.name) && c.state == ContainerState::Running);
     let phase = phase(pod, &init_statuses, &statuses, active_regular);
 
     // Upstream's pod sync handlers (the active deadline) override the phase of an active pod.
@@ -529,6 +553,7 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
         qos_class: Some(resources::pod_qos(pod).as_str().into()),
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral_statuses),
         ..Default::default()
     };
     cap_termination_messages(pod, &mut status);

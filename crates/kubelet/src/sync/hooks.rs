@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::{field_path, SyncContext};
 use crate::events::{self, EventType};
-use crate::podutil;
+use crate::podutil::{self, ContainerKind};
 use crate::prober::handlers::{exec_probe, expand_command};
 use crate::prober::http::{HttpProber, HttpTarget};
 use crate::prober::{is_restartable_init, Outcome};
@@ -75,12 +75,12 @@ async fn run_handler(
     ))
 }
 
-fn spec_of<'a>(pod: &'a Pod, name: &str) -> Option<(&'a Container, bool)> {
+/// The spec of a container that may have hooks (ephemeral containers may not).
+fn spec_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
     podutil::containers(pod)
         .iter()
-        .map(|c| (c, false))
-        .chain(podutil::init_containers(pod).iter().map(|c| (c, true)))
-        .find(|(c, _)| c.name == name)
+        .chain(podutil::init_containers(pod))
+        .find(|c| c.name == name)
 }
 
 /// Upstream: a failed postStart hook is a Warning event, and the container is killed so that it
@@ -89,7 +89,7 @@ pub async fn post_start(
     ctx: &SyncContext,
     pod: &Pod,
     c: &Container,
-    is_init: bool,
+    kind: ContainerKind,
     container_id: &str,
     pod_ip: &str,
 ) -> Result<(), String> {
@@ -100,7 +100,7 @@ pub async fn post_start(
     let Err(msg) = run_handler(ctx, pod, c, container_id, h, ip, POST_START_TIMEOUT).await else {
         return Ok(());
     };
-    let fp = Some(field_path(&c.name, is_init));
+    let fp = Some(kind.field_path(&c.name));
     warn!(pod = %podutil::describe(pod), container = %c.name, "{msg}");
     ctx.recorder.pod_event(
         pod,
@@ -203,8 +203,8 @@ async fn stop_container_ordered(
 ) -> Result<(), RuntimeError> {
     let mut grace = grace;
     let spec = spec_of(pod, name);
-    let hook = spec.and_then(|(c, init)| Some((c, init, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
-    if let Some((c, is_init, h)) = hook.filter(|_| !grace.is_zero()) {
+    let hook = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+    if let Some((c, h)) = hook.filter(|_| !grace.is_zero()) {
         let started = Instant::now();
         info!(pod = %podutil::describe(pod), container = %name, grace = ?grace, "running preStop hook");
         let run = run_handler(ctx, pod, c, container_id, h, pod_ip, grace);
@@ -212,7 +212,7 @@ async fn stop_container_ordered(
             Ok(Ok(())) => {}
             Ok(Err(msg)) => ctx.recorder.pod_event(
                 pod,
-                Some(field_path(name, is_init)),
+                Some(field_path(pod, name)),
                 EventType::Warning,
                 events::FAILED_PRE_STOP_HOOK,
                 msg,

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::events::{self, EventType, Recorder};
 use crate::images::ImageManager;
-use crate::podutil;
+use crate::podutil::{self, ContainerKind};
 use crate::prober::{self, ContainerInfo, ProbeHandle, ProbeKind, ProbeResults, RunState};
 use crate::runtime::container;
 use crate::runtime::manager::StartFailure;
@@ -294,17 +294,11 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
     }
 }
 
-/// Upstream `fieldPath` of a container in events: `spec.containers{name}`.
-pub fn field_path(c_name: &str, is_init: bool) -> String {
-    if is_init {
-        format!("spec.initContainers{{{c_name}}}")
-    } else {
-        format!("spec.containers{{{c_name}}}")
-    }
-}
-
-fn is_init_name(pod: &Pod, name: &str) -> bool {
-    podutil::init_containers(pod).iter().any(|c| c.name == name)
+/// The `fieldPath` of the container named `name` in events (upstream `spec.containers{name}`).
+pub fn field_path(pod: &Pod, name: &str) -> String {
+    podutil::kind_of(pod, name)
+        .unwrap_or(ContainerKind::Regular)
+        .field_path(name)
 }
 
 /// Upstream `killContainer` records Killing for every container it stops.
@@ -312,7 +306,7 @@ fn record_killing<'a>(ctx: &SyncContext, pod: &Pod, names: impl Iterator<Item = 
     for name in names {
         ctx.recorder.pod_event(
             pod,
-            Some(field_path(name, is_init_name(pod, name))),
+            Some(field_path(pod, name)),
             EventType::Normal,
             events::KILLING_CONTAINER,
             format!("Stopping container {name}"),
@@ -380,7 +374,7 @@ async fn execute(
         // Upstream killContainer: the reason for the kill is the Killing event's message.
         ctx.recorder.pod_event(
             pod,
-            Some(field_path(&k.name, is_init_name(pod, &k.name))),
+            Some(field_path(pod, &k.name)),
             EventType::Normal,
             events::KILLING_CONTAINER,
             k.message.clone(),
@@ -429,14 +423,33 @@ async fn execute(
         .map(|c| (c.name.as_str(), c.restart_count))
         .collect();
 
-    let mut starts: Vec<(&Container, bool)> = Vec::new();
+    // Upstream's order: ephemeral containers (they may start before initialization finished),
+    // then init containers, then regular ones.
+    let ephemeral: Vec<Container> = actions
+        .ephemeral_containers_to_start
+        .iter()
+        .filter_map(|&i| podutil::ephemeral_specs(pod).get(i))
+        .map(podutil::ephemeral_as_container)
+        .collect();
+    let mut starts: Vec<(&Container, ContainerKind)> = ephemeral
+        .iter()
+        .map(|c| (c, ContainerKind::Ephemeral))
+        .collect();
     for &i in &actions.init_containers_to_start {
-        starts.extend(podutil::init_containers(pod).get(i).map(|c| (c, true)));
+        starts.extend(
+            podutil::init_containers(pod)
+                .get(i)
+                .map(|c| (c, ContainerKind::Init)),
+        );
     }
     for &i in &actions.containers_to_start {
-        starts.extend(podutil::containers(pod).get(i).map(|c| (c, false)));
+        starts.extend(
+            podutil::containers(pod)
+                .get(i)
+                .map(|c| (c, ContainerKind::Regular)),
+        );
     }
-    for (c, is_init) in starts {
+    for (c, kind) in starts {
         let restart_count = restart_counts
             .get(c.name.as_str())
             .map(|n| n + 1)
@@ -446,7 +459,7 @@ async fn execute(
             state,
             pod,
             c,
-            is_init,
+            kind,
             rt,
             &sandbox_id,
             attempt,
@@ -463,14 +476,14 @@ async fn execute(
                 if e.reason != Reason::CrashLoopBackOff && e.reason != Reason::ImagePullBackOff {
                     warn!(pod = %who, container = %c.name, reason = e.reason.as_str(), message = %e.message, "container failed to start");
                 }
-                record_start_error(ctx, pod, &c.name, is_init, &e);
+                record_start_error(ctx, pod, &c.name, kind, &e);
                 want_retry(e.retry_after.unwrap_or(ERROR_RETRY));
                 state
                     .reasons
                     .insert(c.name.clone(), (e.reason.as_str().to_string(), e.message));
                 // Upstream: a regular init container that did not start holds back everything
                 // after it; a sidecar that did not start does not.
-                if is_init && !prober::is_restartable_init(c) {
+                if kind == ContainerKind::Init && !prober::is_restartable_init(c) {
                     break;
                 }
             }
@@ -485,12 +498,18 @@ async fn execute(
 
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
 /// `Failed` with `Error: <reason>` for image errors and `Error: <message>` for the rest.
-fn record_start_error(ctx: &SyncContext, pod: &Pod, name: &str, is_init: bool, e: &StartError) {
+fn record_start_error(
+    ctx: &SyncContext,
+    pod: &Pod,
+    name: &str,
+    kind: ContainerKind,
+    e: &StartError,
+) {
     if e.reason == Reason::PostStartHookError {
         // Already recorded as FailedPostStartHook, as upstream does.
         return;
     }
-    let fp = Some(field_path(name, is_init));
+    let fp = Some(kind.field_path(name));
     let (reason, message) = match e.reason {
         Reason::CrashLoopBackOff => (
             events::BACK_OFF_START_CONTAINER,
@@ -526,7 +545,7 @@ async fn start_container(
     state: &mut PodState,
     pod: &Pod,
     c: &Container,
-    is_init: bool,
+    kind: ContainerKind,
     rt: &PodRuntimeStatus,
     sandbox_id: &str,
     sandbox_attempt: u32,
@@ -561,14 +580,17 @@ async fn start_container(
         }
         state.crash_backoff.next(&key, finished, now);
     }
-    let fp = field_path(&c.name, is_init);
+    let fp = kind.field_path(&c.name);
     let image_ref = ctx
         .images
         .ensure(pod, c, &fp, &mut state.image_backoff)
         .await?;
     let pod_ips = run_options::pod_ips(pod, rt, ip, &ctx.node_ip);
-    let opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref).await?;
-    let config = container::container_config(pod, c, &image_ref, restart_count, is_init, &opts)
+    let mut opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref).await?;
+    if kind == ContainerKind::Ephemeral {
+        opts.target_container_id = ephemeral_target(pod, c, rt)?;
+    }
+    let config = container::container_config(pod, c, &image_ref, restart_count, kind, &opts)
         .map_err(|e| StartError::new(Reason::CreateContainerConfigError, e.0))?;
     let res = ctx
         .runtime
@@ -594,7 +616,7 @@ async fn start_container(
                 format!("Started container {}", c.name),
             );
             // Not Running-ready before the hook finished: the worker publishes no status meanwhile.
-            hooks::post_start(ctx, pod, c, is_init, &id, ip)
+            hooks::post_start(ctx, pod, c, kind, &id, ip)
                 .await
                 .map_err(|m| StartError::new(Reason::PostStartHookError, m))?;
             Ok(id)
@@ -604,6 +626,33 @@ async fn start_container(
             created(format!("Created container {}", c.name));
             Err(StartError::new(Reason::RunContainerError, m))
         }
+    }
+}
+
+/// The running container an ephemeral container targets (upstream: the target's PID namespace
+/// is joined by ID; a target that is not running is an error the next sync retries).
+fn ephemeral_target(
+    pod: &Pod,
+    c: &Container,
+    rt: &PodRuntimeStatus,
+) -> Result<Option<String>, StartError> {
+    let target = podutil::ephemeral_specs(pod)
+        .iter()
+        .find(|e| e.name == c.name)
+        .and_then(|e| e.target_container_name.as_deref())
+        .filter(|t| !t.is_empty());
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    match rt.find(target) {
+        Some(s) if s.state == ContainerState::Running => Ok(Some(s.id.clone())),
+        _ => Err(StartError::new(
+            Reason::CreateContainerConfigError,
+            format!(
+                "target container {target:?} of ephemeral container {:?} is not running",
+                c.name
+            ),
+        )),
     }
 }
 

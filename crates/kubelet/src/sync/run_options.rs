@@ -79,5 +79,6 @@ pub async fn generate(
         mounts,
         image_user,
         seccomp_root: ctx.root_dir.join("seccomp"),
+        target_container_id: None,
     })
 }
