@@ -76,10 +76,20 @@ async fn rotation_keeps_max_files_and_the_container_keeps_logging() {
     // Three rotations: the cap of 3 files (2 rotated + live) must have removed the oldest.
     let mut rotated_seen = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(60);
+    // A rotated file is `0.log.<stamp>`, gzipped (`.gz`) once a newer one exists; `.tmp` is a
+    // compression in progress.
+    let settled = |files: Vec<String>| -> Vec<String> {
+        files.into_iter().filter(|f| !f.ends_with(".tmp")).collect()
+    };
     while rotated_seen.len() < 3 {
-        let files = files_in(&dir);
+        let files = settled(files_in(&dir));
         assert!(files.len() <= 3, "more than 3 files kept: {files:?}");
-        rotated_seen.extend(files.into_iter().filter(|f| f.starts_with("0.log.")));
+        rotated_seen.extend(
+            files
+                .into_iter()
+                .filter(|f| f.starts_with("0.log."))
+                .map(|f| f.trim_end_matches(".gz").to_string()),
+        );
         assert!(
             Instant::now() < deadline,
             "only {rotated_seen:?} rotations; kubelet log:\n{}",
@@ -87,13 +97,30 @@ async fn rotation_keeps_max_files_and_the_container_keeps_logging() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let files = files_in(&dir);
+    let files = settled(files_in(&dir));
     assert_eq!(files.len(), 3, "{files:?}");
     assert!(files.contains(&"0.log".to_string()), "{files:?}");
     let first_rotated = rotated_seen.iter().next().unwrap();
     assert!(
-        !files.contains(first_rotated),
+        !files.iter().any(|f| f.starts_with(first_rotated.as_str())),
         "oldest rotated file {first_rotated} still there: {files:?}"
+    );
+    // The older kept rotation is gzipped (upstream compresses all but the newest) and holds
+    // CRI log lines.
+    let gz = files
+        .iter()
+        .find(|f| f.ends_with(".gz"))
+        .unwrap_or_else(|| panic!("no compressed rotation: {files:?}"));
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(dir.join(gz)).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    assert!(
+        text.contains(" stdout F "),
+        "{}",
+        &text[..text.len().min(200)]
     );
     // Upstream's name: `0.log.YYYYMMDD-hhmmss`.
     let stamp = first_rotated.trim_start_matches("0.log.");
@@ -105,7 +132,10 @@ async fn rotation_keeps_max_files_and_the_container_keeps_logging() {
     // The runtime reopened the log: the live file keeps growing with later lines than any
     // rotated one, and the reader sees them.
     let id = log_id(&env.wait_running("chatty"), "main", false);
-    let newest_rotated = files.iter().rfind(|f| f.starts_with("0.log.")).unwrap();
+    let newest_rotated = files
+        .iter()
+        .rfind(|f| f.starts_with("0.log.") && !f.ends_with(".gz"))
+        .unwrap();
     let rotated_max = *numbers(
         &std::fs::read_to_string(dir.join(newest_rotated)).unwrap(),
         4,

@@ -191,8 +191,8 @@ impl ContainerLogManager {
             })
     }
 
-    /// Upstream `rotateLog`: clean up leftovers, drop the oldest rotated files, rotate the live one.
-    /// Upstream also gzips the rotated files but the newest; we keep them as they are.
+    /// Upstream `rotateLog`: clean up leftovers, drop the oldest rotated files, gzip the rotated
+    /// ones, rotate the live one.
     async fn rotate_log(&self, id: &str, log: &Path) -> Result<(), LogsError> {
         let rotated: Vec<PathBuf> = files_with_prefix(log)
             .await?
@@ -207,9 +207,14 @@ impl ContainerLogManager {
         for l in unused {
             remove(&l, "remove unused log").await?;
         }
-        let (excess, _kept) = excess_logs(in_use, self.policy.max_files);
+        let (excess, kept) = excess_logs(in_use, self.policy.max_files);
         for l in excess {
             remove(&l, "remove old log").await?;
+        }
+        // Upstream compresses every rotated file before rotating again, so only the newest
+        // rotated file (which a follower may still be reading) stays plain.
+        for l in kept.iter().filter(|l| !l.ends_with(COMPRESS_SUFFIX)) {
+            compress_log(PathBuf::from(l)).await?;
         }
         let rotated = rotated_name(log, now());
         tokio::fs::rename(log, &rotated)
@@ -257,6 +262,34 @@ impl LogHandle {
         debug!(container_id = %id, "log manager not running; cleaning logs directly");
         symlink::clean(&self.cri, &self.symlink_dir, id).await
     }
+}
+
+/// Upstream `compressLog`: gzip into `<log>.gz.tmp`, rename to `<log>.gz`, remove `<log>`. An
+/// interrupted compression leaves a `.tmp` (or both files), which `filter_unused_logs` cleans up
+/// on the next rotation.
+async fn compress_log(log: PathBuf) -> Result<(), LogsError> {
+    let gz = PathBuf::from(format!("{}{COMPRESS_SUFFIX}", log.display()));
+    let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", gz.display()));
+    let (src, t) = (log.clone(), tmp.clone());
+    let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let mut input = std::fs::File::open(&src)?;
+        let out = std::fs::File::create(&t)?;
+        let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+        std::io::copy(&mut input, &mut enc)?;
+        enc.finish()?.sync_all()
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    if let Err(e) = written {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(io_err("compress log", &log)(e));
+    }
+    tokio::fs::rename(&tmp, &gz)
+        .await
+        .map_err(io_err("rename compressed log", &tmp))?;
+    tokio::fs::remove_file(&log)
+        .await
+        .map_err(io_err("remove compressed log's original", &log))
 }
 
 async fn remove(path: &str, what: &'static str) -> Result<(), LogsError> {
