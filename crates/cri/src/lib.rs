@@ -77,6 +77,10 @@ pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
     Ok(PathBuf::from(path))
 }
 
+/// Told of every call: operation name, how long it took, whether it succeeded. The kubelet
+/// records `kubelet_runtime_operations_*` with it; this crate stays free of a metrics library.
+pub type CallObserver = std::sync::Arc<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
+
 /// A cheap cloneable CRI client (tonic channels are handles onto one connection).
 #[derive(Clone)]
 pub struct CriClient {
@@ -84,6 +88,7 @@ pub struct CriClient {
     image: ImageServiceClient<Channel>,
     timeout: Duration,
     socket: PathBuf,
+    observer: Option<CallObserver>,
 }
 
 impl std::fmt::Debug for CriClient {
@@ -124,7 +129,14 @@ impl CriClient {
             image: ImageServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024),
             timeout,
             socket,
+            observer: None,
         })
+    }
+
+    /// The same client, reporting every call to `observer`.
+    pub fn with_observer(mut self, observer: CallObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The socket this client dials, for messages.
@@ -133,6 +145,23 @@ impl CriClient {
     }
 
     async fn call<T, F>(&self, op: &'static str, timeout: Duration, fut: F) -> Result<T, CriError>
+    where
+        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = std::time::Instant::now();
+        let res = self.call_inner(op, timeout, fut).await;
+        if let Some(observe) = &self.observer {
+            observe(op, started.elapsed(), res.is_ok());
+        }
+        res
+    }
+
+    async fn call_inner<T, F>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        fut: F,
+    ) -> Result<T, CriError>
     where
         F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {

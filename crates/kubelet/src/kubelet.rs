@@ -131,7 +131,12 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             source,
         })?;
     }
-    let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?;
+    let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?
+        .with_observer(Arc::new(crate::metrics::record_runtime_operation));
+    crate::metrics::get()
+        .node_name
+        .with_label_values(&[&cfg.node_name])
+        .set(1);
     let health = Arc::new(Health::default());
     let mut tasks = JoinSet::new();
     let client = match &cfg.kubeconfig {

@@ -12,6 +12,7 @@ pub mod hosts;
 pub mod images;
 pub mod kubelet;
 pub mod logs;
+pub mod metrics;
 pub mod mirror;
 pub mod node;
 pub mod pleg;

@@ -43,6 +43,38 @@ pub struct PodLifecycleEvent {
     pub id: String,
 }
 
+/// `kubelet_running_pods` (pods with a ready sandbox) and `kubelet_running_containers` by state,
+/// as upstream's PLEG updates them on every relist.
+fn record_running(pods: &[(RuntimePodRef, RuntimeSnapshotEntry)]) {
+    let m = crate::metrics::get();
+    let running = pods
+        .iter()
+        .filter(|(_, e)| e.sandboxes.iter().any(|(_, ready)| *ready))
+        .count();
+    m.running_pods.set(running as i64);
+    let mut by_state: HashMap<&'static str, i64> = HashMap::new();
+    for (_, e) in pods {
+        for (_, state) in &e.containers {
+            *by_state.entry(state_label(*state)).or_default() += 1;
+        }
+    }
+    for state in ["created", "running", "exited", "unknown"] {
+        m.running_containers
+            .with_label_values(&[state])
+            .set(by_state.get(state).copied().unwrap_or(0));
+    }
+}
+
+/// Upstream's `container_state` label values.
+fn state_label(s: ContainerState) -> &'static str {
+    match s {
+        ContainerState::Created => "created",
+        ContainerState::Running => "running",
+        ContainerState::Exited => "exited",
+        ContainerState::Unknown => "unknown",
+    }
+}
+
 /// Pure diff of one pod's runtime record between relists.
 pub fn diff(
     uid: &str,
@@ -99,6 +131,7 @@ pub struct Pleg {
     pods: watch::Sender<Arc<RuntimePods>>,
     health: Arc<Health>,
     last: HashMap<String, RuntimeSnapshotEntry>,
+    last_relist: Option<tokio::time::Instant>,
 }
 
 impl Pleg {
@@ -118,6 +151,7 @@ impl Pleg {
                 pods: tx,
                 health,
                 last: HashMap::new(),
+                last_relist: None,
             },
             rx,
         )
@@ -140,6 +174,11 @@ impl Pleg {
     /// One relist; false when the SyncLoop is gone.
     async fn relist(&mut self) -> bool {
         let started = tokio::time::Instant::now();
+        let m = crate::metrics::get();
+        if let Some(prev) = self.last_relist.replace(started) {
+            m.pleg_relist_interval
+                .observe((started - prev).as_secs_f64());
+        }
         let pods = match self.runtime.list_pods().await {
             Ok(p) => p,
             Err(e) => {
@@ -148,6 +187,9 @@ impl Pleg {
             }
         };
         self.health.pleg_relisted();
+        m.pleg_relist_duration
+            .observe(started.elapsed().as_secs_f64());
+        record_running(&pods);
         let mut current: HashMap<String, RuntimeSnapshotEntry> = HashMap::new();
         let mut refs = Vec::with_capacity(pods.len());
         for (r, entry) in pods {

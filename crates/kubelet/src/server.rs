@@ -46,6 +46,16 @@ async fn pods(State(s): State<AppState>) -> Response {
     }
 }
 
+/// The kubelet's own metrics in the Prometheus text format (upstream serves `/metrics` on the
+/// read-only port as well as on 10250).
+async fn metrics() -> Response {
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        crate::metrics::get().render(),
+    )
+        .into_response()
+}
+
 /// Errors binding a listener, naming the address.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} for the {what} server: {source}")]
@@ -70,7 +80,10 @@ pub async fn bind(
         .map_err(|source| ServeError { what, addr, source })?;
     let mut router = Router::new().route("/healthz", get(healthz));
     if read_only {
-        router = router.route("/pods", get(pods)).route("/pods/", get(pods));
+        router = router
+            .route("/pods", get(pods))
+            .route("/pods/", get(pods))
+            .route("/metrics", get(metrics));
     }
     let app = router.with_state(AppState { health, status });
     info!(%addr, what, "serving");

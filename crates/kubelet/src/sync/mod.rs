@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -112,6 +112,15 @@ pub struct PodState {
     pub reasons: Reasons,
     pub last_status: Option<PodStatus>,
     pub first_seen: Timestamp,
+    /// Monotonic twin of `first_seen`, for the pod start metrics.
+    pub first_seen_at: Instant,
+    /// Time spent getting images ready, which the pod start SLI leaves out.
+    pub image_time: Duration,
+    /// A phase before Running was published: the pod started under this worker's eyes, so its
+    /// start is measured (an adopted running pod is not).
+    pub start_pending: bool,
+    /// Whether this worker synced the pod before (`create` vs `sync` in the worker metric).
+    pub synced: bool,
 }
 
 impl PodState {
@@ -122,6 +131,10 @@ impl PodState {
             reasons: HashMap::new(),
             last_status: None,
             first_seen: compute::now(),
+            first_seen_at: Instant::now(),
+            image_time: Duration::ZERO,
+            start_pending: false,
+            synced: false,
         }
     }
 }
@@ -176,11 +189,29 @@ async fn publish(
             compute::DEADLINE_EXCEEDED_MESSAGE.into(),
         );
     }
+    record_pod_start(state, &status);
     if state.last_status.as_ref() != Some(&status) {
         ctx.status.set(pod.clone(), status.clone()).await;
         state.last_status = Some(status.clone());
     }
     status
+}
+
+/// `kubelet_pod_start_duration_seconds` and its SLI twin (without image time), observed once, when
+/// a pod this worker saw pending first turns Running (upstream: in SyncPod on that transition).
+fn record_pod_start(state: &mut PodState, status: &PodStatus) {
+    match status.phase.as_deref() {
+        Some("Running") if state.start_pending => {
+            state.start_pending = false;
+            let m = crate::metrics::get();
+            let took = state.first_seen_at.elapsed();
+            m.pod_start_duration.observe(took.as_secs_f64());
+            m.pod_start_sli_duration
+                .observe(took.saturating_sub(state.image_time).as_secs_f64());
+        }
+        Some("Pending") if state.last_status.is_none() => state.start_pending = true,
+        _ => {}
+    }
 }
 
 /// Upstream hands the prober the pod status on every status computation; ours gets each
@@ -229,6 +260,18 @@ fn is_terminal(s: &PodStatus) -> bool {
 
 /// Upstream `SyncPod`: one pass towards the spec.
 pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
+    let started = Instant::now();
+    let op = if state.synced { "sync" } else { "create" };
+    state.synced = true;
+    let out = sync_pod_inner(ctx, state, pod).await;
+    crate::metrics::get()
+        .pod_worker_duration
+        .with_label_values(&[op])
+        .observe(started.elapsed().as_secs_f64());
+    out
+}
+
+async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
     let who = podutil::describe(pod);
     let dir = pod_dir(ctx, pod);
     for sub in ["volumes", "plugins", "containers"] {
@@ -393,6 +436,7 @@ async fn execute(
     let (sandbox_id, attempt, ip) = if actions.create_sandbox {
         match ctx.runtime.run_sandbox(pod, actions.attempt).await {
             Ok((id, ip)) => {
+                crate::metrics::get().started_pods.inc();
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
                 (id, actions.attempt, ip)
             }
@@ -449,7 +493,13 @@ async fn execute(
                 .map(|c| (c, ContainerKind::Regular)),
         );
     }
+    let m = crate::metrics::get();
     for (c, kind) in starts {
+        let container_type = match kind {
+            ContainerKind::Regular => "container",
+            ContainerKind::Init => "init_container",
+            ContainerKind::Ephemeral => "ephemeral_container",
+        };
         let restart_count = restart_counts
             .get(c.name.as_str())
             .map(|n| n + 1)
@@ -469,6 +519,10 @@ async fn execute(
         .await
         {
             Ok(id) => {
+                // Upstream counts every start attempt past the crash-loop backoff.
+                m.started_containers
+                    .with_label_values(&[container_type])
+                    .inc();
                 state.reasons.remove(&c.name);
                 info!(pod = %who, container = %c.name, id = %id, restart_count, "started container");
             }
@@ -477,6 +531,14 @@ async fn execute(
                     warn!(pod = %who, container = %c.name, reason = e.reason.as_str(), message = %e.message, "container failed to start");
                 }
                 record_start_error(ctx, pod, &c.name, kind, &e);
+                if e.reason != Reason::CrashLoopBackOff {
+                    m.started_containers
+                        .with_label_values(&[container_type])
+                        .inc();
+                    m.started_containers_errors
+                        .with_label_values(&[e.reason.as_str(), container_type])
+                        .inc();
+                }
                 want_retry(e.retry_after.unwrap_or(ERROR_RETRY));
                 state
                     .reasons
@@ -581,10 +643,13 @@ async fn start_container(
         state.crash_backoff.next(&key, finished, now);
     }
     let fp = kind.field_path(&c.name);
-    let image_ref = ctx
+    let pulling = Instant::now();
+    let image = ctx
         .images
         .ensure(pod, c, &fp, &mut state.image_backoff)
-        .await?;
+        .await;
+    state.image_time += pulling.elapsed();
+    let image_ref = image?;
     let pod_ips = run_options::pod_ips(pod, rt, ip, &ctx.node_ip);
     let mut opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref).await?;
     if kind == ContainerKind::Ephemeral {
