@@ -128,6 +128,23 @@ async fn readiness_follows_the_http_probe_and_never_restarts() {
     });
     assert_eq!(ready(&p).as_deref(), Some("True"));
     assert_eq!(status_of(&p).restart_count, 0);
+    // Every probe is counted by result under upstream's name, failures while the server was
+    // starting included.
+    let (_, metrics) = http_get("127.0.0.1", env.ro_port, "/metrics").unwrap();
+    let count = |result: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("prober_probe_total{")
+                    && l.contains("probe_type=\"Readiness\"")
+                    && l.contains("container=\"main\"")
+                    && l.contains(&format!("result=\"{result}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(count("successful") >= 1.0, "{metrics}");
+    assert!(count("failed") >= 1.0, "{metrics}");
 
     // The server goes away: not ready again, and readiness never restarts anything.
     let ip = p.status.unwrap().pod_ip.unwrap();

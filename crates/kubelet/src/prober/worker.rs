@@ -223,6 +223,11 @@ pub(crate) struct Worker<P> {
     on_hold: bool,
     /// The last result reported for `container_id`.
     reported: Option<ProbeResult>,
+    /// When the next probe is due: the period tick (or the end of the initial jitter, or the
+    /// moment a readiness trigger arrived) that woke the worker. Taken by [`Self::do_probe`].
+    due: Option<Instant>,
+    /// How late the last probe started after it was due (logged as `delay_ms`).
+    last_delay: Option<Duration>,
 }
 
 impl<P: Prober> Worker<P> {
@@ -235,6 +240,8 @@ impl<P: Prober> Worker<P> {
             thresholds: Thresholds::default(),
             on_hold: false,
             reported: None,
+            due: None,
+            last_delay: None,
         }
     }
 
@@ -245,10 +252,15 @@ impl<P: Prober> Worker<P> {
     /// Readiness workers also probe at once (and restart the period) when the container info or
     /// the startup gate changes while not reported ready: upstream `UpdatePodStatus` triggers that
     /// manual run whenever it computes the status of a not-ready container with a readiness probe.
+    ///
+    /// Each probe that runs logs, at debug level, how late it started after it was due
+    /// (`delay_ms`: scheduling and runtime lag, including a previous probe overrunning the period).
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let period = self.spec.period;
+        self.due = Some(Instant::now());
         if period > self.cfg.clock.since_start() {
             let jitter = period.mul_f64(fastrand::f64());
+            self.due = Some(Instant::now() + jitter);
             tokio::select! {
                 _ = cancel.cancelled() => {
                     self.finish();
@@ -273,13 +285,18 @@ impl<P: Prober> Worker<P> {
                     && self.reported != Some(ProbeResult::Success);
                 tokio::select! {
                     _ = cancel.cancelled() => break 'probing,
-                    _ = ticker.tick() => break,
+                    // The tick's scheduled instant, even when it fires late.
+                    due = ticker.tick() => {
+                        self.due = Some(due);
+                        break;
+                    }
                     changed = self.cfg.info.changed(), if trigger && info_open => {
                         if changed.is_err() {
                             info_open = false;
                             continue;
                         }
                         ticker.reset();
+                        self.due = Some(Instant::now());
                         break;
                     }
                     changed = self.cfg.gate.changed(), if trigger && gate_open => {
@@ -288,6 +305,7 @@ impl<P: Prober> Worker<P> {
                             continue;
                         }
                         ticker.reset();
+                        self.due = Some(Instant::now());
                         break;
                     }
                 }
@@ -298,6 +316,8 @@ impl<P: Prober> Worker<P> {
 
     /// Upstream `doProbe`: probes once and records the result; false when the worker should stop.
     pub(crate) async fn do_probe(&mut self) -> bool {
+        // A due time is for this call only: a call that probes nothing discards it.
+        let due = self.due.take();
         let info = self.cfg.info.borrow_and_update().clone();
         let gate = self.cfg.gate.borrow_and_update().clone();
         if info.id.is_empty() {
@@ -349,9 +369,20 @@ impl<P: Prober> Worker<P> {
         if started == (kind == ProbeKind::Startup) {
             return true;
         }
-        let Some(result) = self.probe(&pod, &info).await else {
+        let begin = Instant::now();
+        self.last_delay = due.map(|d| begin.saturating_duration_since(d));
+        let result = self.probe(&pod, &info).await;
+        let ms = |d: Duration| d.as_micros() as f64 / 1000.0;
+        debug!(
+            delay_ms = self.last_delay.map(ms),
+            took_ms = ms(begin.elapsed()),
+            result = ?result,
+            "probe ran"
+        );
+        let Some(result) = result else {
             return true; // the attempt errored: throw it away
         };
+        self.record_metrics(&pod, result, begin.elapsed());
         if let Some(result) = self.thresholds.observe(result, &self.spec) {
             self.report(result);
             if (kind == ProbeKind::Liveness && result == ProbeResult::Failure)
@@ -363,6 +394,26 @@ impl<P: Prober> Worker<P> {
             }
         }
         true
+    }
+
+    /// Upstream's `prober_probe_total` per result and, for successes, `prober_probe_duration_seconds`.
+    fn record_metrics(&self, pod: &Pod, result: ProbeResult, took: Duration) {
+        let m = crate::metrics::get();
+        let (kind, container) = (self.cfg.kind.as_str(), self.cfg.container.name.as_str());
+        let (name, namespace) = (podutil::name(pod), podutil::namespace(pod));
+        let label = match result {
+            ProbeResult::Success => "successful",
+            ProbeResult::Failure => "failed",
+            ProbeResult::Unknown => "unknown",
+        };
+        m.prober_probe_total
+            .with_label_values(&[kind, label, container, name, namespace, podutil::uid(pod)])
+            .inc();
+        if result == ProbeResult::Success {
+            m.prober_probe_duration
+                .with_label_values(&[kind, container, name, namespace])
+                .observe(took.as_secs_f64());
+        }
     }
 
     /// Upstream `prober.probe`: up to [`MAX_PROBE_RETRIES`] attempts while they error, then the
@@ -458,3 +509,70 @@ impl<P: Prober> Worker<P> {
 #[cfg(test)]
 #[path = "worker_tests.rs"]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod delay_tests {
+    use super::tests::{ok, Script};
+    use super::*;
+
+    fn worker(info: ContainerInfo) -> (Worker<Script>, Script, watch::Sender<ContainerInfo>) {
+        let (info_tx, info_rx) = watch::channel(info);
+        let (_, gate) = watch::channel(StartupGate::Open);
+        let (_, pod) = watch::channel(Arc::new(Pod::default()));
+        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        let script = Script::new(ok());
+        let w = Worker::new(WorkerConfig {
+            kind: ProbeKind::Liveness,
+            probe: Probe::default(),
+            container: Container::default(),
+            restartable_init: false,
+            pod,
+            info: info_rx,
+            gate,
+            gate_tx: None,
+            results: ResultsWriter::new(tx, "uid".into(), "main".into(), ProbeKind::Liveness),
+            events: EventSink::Capture(Arc::default()),
+            prober: script.clone(),
+            clock: Clock::now(),
+        });
+        (w, script, info_tx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_is_measured_from_the_due_time_to_the_probe() {
+        let (mut w, script, info) = worker(ContainerInfo::default());
+        let ms = Duration::from_millis;
+        // Due while the container does not exist yet: nothing runs, the due time is dropped.
+        w.due = Some(Instant::now());
+        tokio::time::sleep(ms(700)).await;
+        assert!(w.do_probe().await);
+        assert_eq!((script.calls(), w.last_delay), (0, None));
+        info.send_replace(ContainerInfo {
+            id: "c1".into(),
+            state: RunState::Running {
+                started_at: SystemTime::now() - Duration::from_secs(60),
+            },
+            pod_ip: None,
+        });
+        assert!(w.do_probe().await);
+        assert_eq!((script.calls(), w.last_delay), (1, None));
+        // Due 250 ms ago: that is the delay.
+        w.due = Some(Instant::now());
+        tokio::time::sleep(ms(250)).await;
+        assert!(w.do_probe().await);
+        assert_eq!((script.calls(), w.last_delay), (2, Some(ms(250))));
+    }
+
+    /// `run` takes the due time from the tick: tokio's interval returns the scheduled instant
+    /// even when polled late (and with `Skip` the next tick stays on the period grid).
+    #[tokio::test(start_paused = true)]
+    async fn a_late_tick_returns_its_scheduled_instant() {
+        let ms = Duration::from_millis;
+        let start = Instant::now();
+        let mut ticker = tokio::time::interval_at(start + ms(1000), ms(1000));
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        tokio::time::sleep(ms(2400)).await;
+        assert_eq!(ticker.tick().await, start + ms(1000));
+        assert_eq!(ticker.tick().await, start + ms(3000));
+    }
+}
