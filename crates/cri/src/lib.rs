@@ -178,6 +178,13 @@ impl CriClient {
 
     rpc!(version, runtime, VersionRequest, VersionResponse);
     rpc!(
+        /// CPU, memory and writable-layer usage of containers (the stats endpoints).
+        list_container_stats,
+        runtime,
+        ListContainerStatsRequest,
+        ListContainerStatsResponse
+    );
+    rpc!(
         /// Runtime conditions (RuntimeReady, NetworkReady).
         status, runtime, StatusRequest, StatusResponse
     );

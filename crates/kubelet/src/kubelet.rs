@@ -182,6 +182,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             false,
             health.clone(),
             status.clone(),
+            cri.clone(),
             cancel.child_token(),
         )
         .await?;
@@ -195,6 +196,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             true,
             health.clone(),
             status.clone(),
+            cri.clone(),
             cancel.child_token(),
         )
         .await?;

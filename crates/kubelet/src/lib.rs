@@ -23,6 +23,7 @@ pub mod resources;
 pub mod runtime;
 pub mod server;
 pub mod source;
+pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod sysctl;

@@ -13,6 +13,8 @@ use axum::Router;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use rkubelet_cri::CriClient;
+
 use crate::health::Health;
 use crate::status::StatusHandle;
 
@@ -20,6 +22,7 @@ use crate::status::StatusHandle;
 struct AppState {
     health: Arc<Health>,
     status: StatusHandle,
+    cri: CriClient,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -56,6 +59,16 @@ async fn metrics() -> Response {
         .into_response()
 }
 
+/// Node, pod and container CPU and memory (upstream's resource metrics, what metrics-server
+/// scrapes).
+async fn resource_metrics(State(s): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        crate::stats::resource_metrics(&s.cri).await,
+    )
+        .into_response()
+}
+
 /// Errors binding a listener, naming the address.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} for the {what} server: {source}")]
@@ -73,6 +86,7 @@ pub async fn bind(
     read_only: bool,
     health: Arc<Health>,
     status: StatusHandle,
+    cri: CriClient,
     cancel: CancellationToken,
 ) -> Result<impl std::future::Future<Output = ()>, ServeError> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -83,9 +97,14 @@ pub async fn bind(
         router = router
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
-            .route("/metrics", get(metrics));
+            .route("/metrics", get(metrics))
+            .route("/metrics/resource", get(resource_metrics));
     }
-    let app = router.with_state(AppState { health, status });
+    let app = router.with_state(AppState {
+        health,
+        status,
+        cri,
+    });
     info!(%addr, what, "serving");
     Ok(async move {
         if let Err(e) = axum::serve(listener, app)

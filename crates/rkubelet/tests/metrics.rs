@@ -98,3 +98,40 @@ async fn metrics_count_pods_runtime_calls_and_start_latency() {
         Some(Value::Histogram(_))
     ));
 }
+
+#[tokio::test]
+async fn resource_metrics_report_node_pod_and_container_usage() {
+    let mut env = Env::new(167);
+    env.start_kubelet();
+    // A container that burns CPU, so its counter moves between scrapes.
+    env.write_manifest(
+        "busy.yaml",
+        &simple_pod("busy", "Always", "while true; do :; done"),
+    );
+    env.wait_running("busy");
+    let read = |name: &str, label: Option<(&str, &str)>| -> f64 {
+        let (code, body) = http_get("127.0.0.1", env.ro_port, "/metrics/resource").unwrap();
+        assert_eq!(code, 200, "{body}");
+        let s = Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("text format");
+        match value(&s, name, label) {
+            Some(Value::Counter(v)) | Some(Value::Gauge(v)) | Some(Value::Untyped(v)) => *v,
+            other => panic!("{name} {label:?}: {other:?}\n{body}"),
+        }
+    };
+    let pod = Some(("pod", "busy-".to_string() + &env.node));
+    let pod = pod.as_ref().map(|(k, v)| (*k, v.as_str()));
+    assert!(read("node_cpu_usage_seconds_total", None) > 0.0);
+    assert!(read("node_memory_working_set_bytes", None) > 0.0);
+    assert_eq!(read("resource_scrape_error", None), 0.0);
+    let first = read("container_cpu_usage_seconds_total", pod);
+    assert!(read("container_memory_working_set_bytes", pod) > 0.0);
+    assert!(read("pod_memory_working_set_bytes", pod) > 0.0);
+    assert!(read("container_start_time_seconds", pod) > 1.6e9);
+    std::thread::sleep(Duration::from_secs(2));
+    let second = read("container_cpu_usage_seconds_total", pod);
+    assert!(
+        second > first + 0.5,
+        "a busy loop should use CPU: {first} -> {second}"
+    );
+    assert!(read("pod_cpu_usage_seconds_total", pod) >= second);
+}

@@ -1,0 +1,326 @@
+//! Resource usage for the stats endpoints (upstream `pkg/kubelet/stats` with the CRI stats
+//! provider): the node's from its root cgroup (or /proc where the cgroup has no such file),
+//! containers' from the runtime (CRI `ListContainerStats`), pods' as the sum of their containers.
+//!
+//! `/metrics/resource` is what metrics-server scrapes; it is rendered here in upstream's names
+//! and label sets, with the sample times as Prometheus timestamps, as upstream does.
+
+mod node;
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use rkubelet_cri::{api, CriClient};
+
+use crate::runtime::labels;
+
+pub use node::{node_usage, NodeUsage};
+
+/// One container's usage, as the runtime reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerUsage {
+    pub name: String,
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: String,
+    /// Unix nanoseconds of the sample.
+    pub timestamp_ns: i64,
+    pub cpu_core_nanoseconds: Option<u64>,
+    pub memory_working_set_bytes: Option<u64>,
+    /// Unix nanoseconds the container was created (upstream uses it as its start time).
+    pub started_ns: i64,
+}
+
+/// Errors reading usage, naming the source.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("CRI {what}: {source}")]
+    Cri {
+        what: &'static str,
+        #[source]
+        source: rkubelet_cri::CriError,
+    },
+}
+
+/// Running containers' usage from the runtime, with their pod identity from the CRI labels.
+pub async fn container_usage(cri: &CriClient) -> Result<Vec<ContainerUsage>, StatsError> {
+    let stats = cri
+        .list_container_stats(api::ListContainerStatsRequest { filter: None })
+        .await
+        .map_err(|source| StatsError::Cri {
+            what: "list container stats",
+            source,
+        })?
+        .stats;
+    let running = cri
+        .list_containers(api::ListContainersRequest {
+            filter: Some(api::ContainerFilter {
+                state: Some(api::ContainerStateValue {
+                    state: api::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|source| StatsError::Cri {
+            what: "list containers",
+            source,
+        })?
+        .containers;
+    let created: BTreeMap<&str, i64> = running
+        .iter()
+        .map(|c| (c.id.as_str(), c.created_at))
+        .collect();
+    Ok(stats
+        .into_iter()
+        .filter_map(|s| {
+            let attrs = s.attributes?;
+            // Only running containers are reported, as upstream's CRI stats provider does.
+            let started_ns = *created.get(attrs.id.as_str())?;
+            let l = &attrs.labels;
+            let cpu = s.cpu.as_ref();
+            let mem = s.memory.as_ref();
+            Some(ContainerUsage {
+                name: l.get(labels::CONTAINER_NAME)?.clone(),
+                pod: l.get(labels::POD_NAME)?.clone(),
+                namespace: l.get(labels::POD_NAMESPACE)?.clone(),
+                pod_uid: l.get(labels::POD_UID)?.clone(),
+                timestamp_ns: cpu
+                    .map(|c| c.timestamp)
+                    .or(mem.map(|m| m.timestamp))
+                    .unwrap_or_default(),
+                cpu_core_nanoseconds: cpu
+                    .and_then(|c| c.usage_core_nano_seconds.as_ref())
+                    .map(|v| v.value),
+                memory_working_set_bytes: mem
+                    .and_then(|m| m.working_set_bytes.as_ref())
+                    .map(|v| v.value),
+                started_ns,
+            })
+        })
+        .collect())
+}
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    f
+}
+
+fn sample(labels: Vec<LabelPair>, kind: MetricType, value: f64, timestamp_ms: i64) -> Metric {
+    let mut m = Metric::from_label(labels);
+    match kind {
+        MetricType::COUNTER => {
+            let mut c = Counter::default();
+            c.set_value(value);
+            m.set_counter(c);
+        }
+        _ => {
+            let mut g = Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
+        }
+    }
+    if timestamp_ms > 0 {
+        m.set_timestamp_ms(timestamp_ms);
+    }
+    m
+}
+
+/// Upstream's `/metrics/resource` families (the resource metrics collector), from a node sample
+/// and the containers' samples; `scrape_error` says whether container stats were unavailable.
+pub fn resource_families(
+    node: Option<&NodeUsage>,
+    containers: &[ContainerUsage],
+    scrape_error: bool,
+) -> Vec<MetricFamily> {
+    use MetricType::{COUNTER, GAUGE};
+    let ms = |ns: i64| ns / 1_000_000;
+    let mut out = Vec::new();
+    let who = |c: &ContainerUsage| {
+        vec![
+            label("container", &c.name),
+            label("namespace", &c.namespace),
+            label("pod", &c.pod),
+        ]
+    };
+    out.push(family(
+        "container_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        COUNTER,
+        containers
+            .iter()
+            .filter_map(|c| {
+                let v = c.cpu_core_nanoseconds? as f64 / 1e9;
+                Some(sample(who(c), COUNTER, v, ms(c.timestamp_ns)))
+            })
+            .collect(),
+    ));
+    out.push(family(
+        "container_memory_working_set_bytes",
+        "[STABLE] Current working set of the container in bytes",
+        GAUGE,
+        containers
+            .iter()
+            .filter_map(|c| {
+                let v = c.memory_working_set_bytes? as f64;
+                Some(sample(who(c), GAUGE, v, ms(c.timestamp_ns)))
+            })
+            .collect(),
+    ));
+    out.push(family(
+        "container_start_time_seconds",
+        "[STABLE] Start time of the container since unix epoch in seconds",
+        GAUGE,
+        containers
+            .iter()
+            .map(|c| sample(who(c), GAUGE, c.started_ns as f64 / 1e9, ms(c.timestamp_ns)))
+            .collect(),
+    ));
+    if let Some(n) = node {
+        out.push(family(
+            "node_cpu_usage_seconds_total",
+            "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
+            COUNTER,
+            vec![sample(
+                vec![],
+                COUNTER,
+                n.cpu_core_nanoseconds as f64 / 1e9,
+                ms(n.timestamp_ns),
+            )],
+        ));
+        out.push(family(
+            "node_memory_working_set_bytes",
+            "[STABLE] Current working set of the node in bytes",
+            GAUGE,
+            vec![sample(
+                vec![],
+                GAUGE,
+                n.memory_working_set_bytes as f64,
+                ms(n.timestamp_ns),
+            )],
+        ));
+    }
+    // Pods: the sum of their containers, at the newest of their samples.
+    let mut pods: BTreeMap<(&str, &str), (f64, f64, i64)> = BTreeMap::new();
+    for c in containers {
+        let e = pods
+            .entry((c.namespace.as_str(), c.pod.as_str()))
+            .or_default();
+        e.0 += c.cpu_core_nanoseconds.unwrap_or(0) as f64 / 1e9;
+        e.1 += c.memory_working_set_bytes.unwrap_or(0) as f64;
+        e.2 = e.2.max(c.timestamp_ns);
+    }
+    let pod_labels = |ns: &str, pod: &str| vec![label("namespace", ns), label("pod", pod)];
+    out.push(family(
+        "pod_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+        COUNTER,
+        pods.iter()
+            .map(|((ns, pod), (cpu, _, t))| sample(pod_labels(ns, pod), COUNTER, *cpu, ms(*t)))
+            .collect(),
+    ));
+    out.push(family(
+        "pod_memory_working_set_bytes",
+        "[STABLE] Current working set of the pod in bytes",
+        GAUGE,
+        pods.iter()
+            .map(|((ns, pod), (_, mem, t))| sample(pod_labels(ns, pod), GAUGE, *mem, ms(*t)))
+            .collect(),
+    ));
+    out.push(family(
+        "resource_scrape_error",
+        "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
+        GAUGE,
+        vec![sample(
+            vec![],
+            GAUGE,
+            if scrape_error { 1.0 } else { 0.0 },
+            0,
+        )],
+    ));
+    // Families without samples are left out, as client_golang's gatherer does.
+    out.retain(|f| !f.get_metric().is_empty());
+    out
+}
+
+/// `/metrics/resource`: node and container usage now, in the Prometheus text format.
+pub async fn resource_metrics(cri: &CriClient) -> Vec<u8> {
+    let node = match node_usage() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read node usage");
+            None
+        }
+    };
+    let (containers, err) = match container_usage(cri).await {
+        Ok(c) => (c, false),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read container usage");
+            (Vec::new(), true)
+        }
+    };
+    let mut buf = Vec::new();
+    let families = resource_families(node.as_ref(), &containers, err);
+    // Encoding into a Vec cannot fail on I/O.
+    let _ = prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &families, &mut buf);
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_families_in_upstream_shape() {
+        let c = |name: &str, pod: &str, cpu: u64, mem: u64| ContainerUsage {
+            name: name.into(),
+            pod: pod.into(),
+            namespace: "default".into(),
+            pod_uid: format!("uid-{pod}"),
+            timestamp_ns: 1_700_000_000_123_000_000,
+            cpu_core_nanoseconds: Some(cpu),
+            memory_working_set_bytes: Some(mem),
+            started_ns: 1_699_999_999_000_000_000,
+        };
+        let node = NodeUsage {
+            timestamp_ns: 1_700_000_000_000_000_000,
+            cpu_core_nanoseconds: 5_500_000_000,
+            memory_working_set_bytes: 1024,
+        };
+        let fams = resource_families(
+            Some(&node),
+            &[
+                c("a", "p", 1_500_000_000, 100),
+                c("b", "p", 500_000_000, 50),
+            ],
+            false,
+        );
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &fams, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for want in [
+            "container_cpu_usage_seconds_total{container=\"a\",namespace=\"default\",pod=\"p\"} 1.5 1700000000123",
+            "container_memory_working_set_bytes{container=\"b\",namespace=\"default\",pod=\"p\"} 50 1700000000123",
+            "node_cpu_usage_seconds_total 5.5 1700000000000",
+            "node_memory_working_set_bytes 1024 1700000000000",
+            "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"p\"} 2 1700000000123",
+            "pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 150 1700000000123",
+            "container_start_time_seconds{container=\"a\",namespace=\"default\",pod=\"p\"} 1699999999 1700000000123",
+            "resource_scrape_error 0",
+            "# TYPE container_cpu_usage_seconds_total counter",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+}
