@@ -25,5 +25,6 @@ pub mod source;
 pub mod status;
 pub mod sync;
 pub mod sysctl;
+pub mod volumes;
 
 pub use config::KubeletConfig;
