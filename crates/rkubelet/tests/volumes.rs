@@ -263,7 +263,15 @@ async fn read_only_and_sub_path_mounts() {
     let name = pod.metadata.name.clone().unwrap();
     assert!(vol.join("per-pod").join(name).join("e").exists());
 
+    // Each subPath is pinned by a bind mount under the pod directory, as upstream does.
     let dir = pod_dir(&env, &pod);
+    let host = host_mounts_under(&dir);
+    for bind in [
+        "volume-subpaths/data/main/2 ",
+        "volume-subpaths/data/main/3 ",
+    ] {
+        assert!(host.iter().any(|l| l.contains(bind)), "{bind} in {host:?}");
+    }
     remove_and_check_clean(&env, "mounts.yaml", "mounts", &dir);
 }
 

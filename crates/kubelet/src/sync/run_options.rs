@@ -53,8 +53,8 @@ pub async fn generate(
     let envs = env::make_environment_variables(pod, c, &cx).map_err(|e| config_error(e.0))?;
     // Volume mounts first, in volumeMounts order, as upstream's makeMounts returns them.
     let mut mounts = {
-        let (c, volumes, envs) = (c.clone(), volumes.clone(), envs.clone());
-        tokio::task::spawn_blocking(move || mounts::make_mounts(&c, &volumes, &envs))
+        let (c, volumes, envs, dir) = (c.clone(), volumes.clone(), envs.clone(), pod_dir(ctx, pod));
+        tokio::task::spawn_blocking(move || mounts::make_mounts(&dir, &c, &volumes, &envs))
             .await
             .map_err(|e| config_error(format!("make mounts: {e}")))?
             .map_err(|e| config_error(e.to_string()))?

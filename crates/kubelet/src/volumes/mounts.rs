@@ -1,12 +1,17 @@
 //! A container's volumeMounts as CRI mounts (upstream `kubelet_pods.go` `makeMounts` and
 //! `translateMountPropagation`).
 
+use std::path::Path;
+
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
 use rkubelet_cri::api;
 
 use super::{subpath, PodVolumes};
 use crate::expansion;
 use crate::runtime::env::EnvVar;
+
+/// Upstream's directory under the pod directory for subPath bind mounts.
+pub const SUBPATHS_DIR: &str = "volume-subpaths";
 
 /// Why a volumeMount cannot be made; surfaces as `CreateContainerConfigError`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,14 +35,15 @@ pub enum MountsError {
 
 /// Upstream `makeMounts` for the volume part: one CRI mount per volumeMount, in order, with the
 /// subPath (or `subPathExpr` expanded with the container's env) resolved safely inside its
-/// volume. Blocking: a subPath may be created on disk.
+/// volume and bind-mounted below `pod_dir`. Blocking: a subPath may be created and mounted.
 pub fn make_mounts(
+    pod_dir: &Path,
     c: &Container,
     volumes: &PodVolumes,
     envs: &[EnvVar],
 ) -> Result<Vec<api::Mount>, MountsError> {
     let mut out = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(volume_path) = volumes.get(&m.name) else {
             return Err(MountsError::UnknownVolume {
                 volume: m.name.clone(),
@@ -51,10 +57,17 @@ pub fn make_mounts(
         let host_path = if sub_path.is_empty() {
             volume_path.to_path_buf()
         } else {
-            subpath::prepare(volume_path, &sub_path).map_err(|source| MountsError::SubPath {
-                mount: m.name.clone(),
-                container: c.name.clone(),
-                source,
+            let target = pod_dir
+                .join(SUBPATHS_DIR)
+                .join(&m.name)
+                .join(&c.name)
+                .join(index.to_string());
+            subpath::prepare(volume_path, &sub_path, &target).map_err(|source| {
+                MountsError::SubPath {
+                    mount: m.name.clone(),
+                    container: c.name.clone(),
+                    source,
+                }
             })?
         };
         out.push(api::Mount {

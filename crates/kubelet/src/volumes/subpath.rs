@@ -48,8 +48,9 @@ pub fn validate(sub_path: &str) -> Result<(), SubPathError> {
 
 /// The subPath's host path: created as directories with the volume's mode when missing (upstream
 /// `SafeMakeDir`), then resolved through its symlinks and refused unless it is still inside the
-/// volume (upstream `doBindSubPath`'s `PathWithinBase` check).
-pub fn prepare(volume_path: &Path, sub_path: &str) -> Result<PathBuf, SubPathError> {
+/// volume (upstream `doBindSubPath`'s `PathWithinBase` check). Returns the resolved volume root
+/// and the resolved subPath.
+pub fn resolve(volume_path: &Path, sub_path: &str) -> Result<(PathBuf, PathBuf), SubPathError> {
     validate(sub_path)?;
     let base = std::fs::canonicalize(volume_path)
         .map_err(|e| io_err("resolve volume path", volume_path, e))?;
@@ -69,7 +70,81 @@ pub fn prepare(volume_path: &Path, sub_path: &str) -> Result<PathBuf, SubPathErr
             volume: volume_path.display().to_string(),
         });
     }
-    Ok(resolved)
+    Ok((base, resolved))
+}
+
+/// Upstream `PrepareSafeSubpath`: [`resolve`], then pin the result by opening it (`O_PATH`,
+/// no symlink at the end), check where the open file really is, and bind-mount that open file
+/// onto `target` (`<pod>/volume-subpaths/<volume>/<container>/<index>`). The runtime mounts
+/// `target`, so swapping a path component for a symlink after the check gains nothing. A
+/// `target` already mounted (a restarted container, a restarted kubelet) is reused.
+pub fn prepare(volume_path: &Path, sub_path: &str, target: &Path) -> Result<PathBuf, SubPathError> {
+    use nix::mount::{mount, MsFlags};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let (base, resolved) = resolve(volume_path, sub_path)?;
+    if super::mounted_fs_type(target).ok().flatten().is_some() {
+        return Ok(target.to_path_buf());
+    }
+    let pinned = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags::O_PATH | libc_flags::O_NOFOLLOW)
+        .open(&resolved)
+        .map_err(|e| io_err("open", &resolved, e))?;
+    let fd_path = PathBuf::from(format!("/proc/self/fd/{}", pinned.as_raw_fd()));
+    let real = std::fs::read_link(&fd_path).map_err(|e| io_err("read", &fd_path, e))?;
+    if !real.starts_with(&base) {
+        return Err(SubPathError::NotWithinVolume {
+            path: real.display().to_string(),
+            volume: volume_path.display().to_string(),
+        });
+    }
+    let is_dir = pinned
+        .metadata()
+        .map_err(|e| io_err("stat", &resolved, e))?
+        .is_dir();
+    let parent = target.parent().unwrap_or(target);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(parent)
+        .map_err(|e| io_err("create directory", parent, e))?;
+    let made = if is_dir {
+        std::fs::DirBuilder::new().mode(0o750).create(target)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o640)
+            .open(target)
+            .map(drop)
+    };
+    match made {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_err("create subPath mount point", target, e)),
+    }
+    mount(
+        Some(&fd_path),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| SubPathError::Io {
+        what: "bind-mount subPath onto",
+        path: target.display().to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(target.to_path_buf())
+}
+
+/// `open(2)` flags std does not name.
+mod libc_flags {
+    pub const O_PATH: i32 = nix::fcntl::OFlag::O_PATH.bits();
+    pub const O_NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
 }
 
 /// Upstream `doSafeMakeDir`: the longest existing prefix must resolve inside `base`; each missing
