@@ -343,6 +343,7 @@ spec:
   - name: main
     image: rkubelet.local/busybox:1.35
     command: [sh, -c, "exec sleep 3600"]
+    resources: {limits: {memory: 32Mi}}
     volumeMounts: [{name: mem, mountPath: /mem}]
 "#;
 
@@ -353,7 +354,14 @@ async fn mounts_and_pod_dirs_left_by_a_crash_are_cleaned_up() {
     env.write_manifest("mem.yaml", MEM);
     let pod = env.wait_running("mem");
     let dir = pod_dir(&env, &pod);
-    assert!(!host_mounts_under(&dir).is_empty());
+    // Without a sizeLimit the tmpfs is as large as the pod's memory limit (upstream
+    // SizeMemoryBackedVolumes).
+    let host = host_mounts_under(&dir);
+    assert!(
+        host.iter()
+            .any(|l| l.contains(" - tmpfs ") && l.contains("size=32768k")),
+        "{host:?}"
+    );
 
     // Crash, and while down the pod's manifest goes away and an orphan with a tmpfs appears.
     env.stop_kubelet(nix::sys::signal::Signal::SIGKILL);

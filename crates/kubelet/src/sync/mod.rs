@@ -277,7 +277,12 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
     }
     // Upstream `WaitForAttachAndMount`: no container starts before every volume is set up; the
     // containers wait with ContainerCreating meanwhile and the worker retries.
-    match set_up_volumes(dir.clone(), pod.clone()).await {
+    let node_memory = ctx
+        .allocatable
+        .get("memory")
+        .and_then(|q| crate::resources::parse_milli(&q.0))
+        .and_then(|m| u64::try_from(m / 1000).ok());
+    match set_up_volumes(dir.clone(), pod.clone(), node_memory).await {
         Ok(v) => state.volumes = v,
         Err(errors) => {
             for e in errors {
@@ -323,9 +328,10 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
 async fn set_up_volumes(
     dir: PathBuf,
     pod: Arc<Pod>,
+    node_memory: Option<u64>,
 ) -> Result<PodVolumes, Vec<volumes::SetUpError>> {
     let uid = podutil::uid(&pod).to_string();
-    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod))
+    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory))
         .await
         .unwrap_or_else(|e| {
             Err(vec![volumes::SetUpError {

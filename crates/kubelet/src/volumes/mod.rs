@@ -102,12 +102,19 @@ pub fn volume_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
 
 /// Sets up every volume of `pod` (upstream `WaitForAttachAndMount` with the reconciler's
 /// `MountVolume`). Each failing volume is reported on its own, as upstream's events are; the
-/// containers must not start until this returns Ok. Blocking: call it off the async threads.
-pub fn set_up_pod(pod_dir: &Path, pod: &Pod) -> Result<PodVolumes, Vec<SetUpError>> {
+/// containers must not start until this returns Ok. `node_memory` is node allocatable memory,
+/// the cap of a Memory emptyDir in a pod without a memory limit. Blocking: call it off the async
+/// threads.
+pub fn set_up_pod(
+    pod_dir: &Path,
+    pod: &Pod,
+    node_memory: Option<u64>,
+) -> Result<PodVolumes, Vec<SetUpError>> {
+    let memory_cap = empty_dir::pod_memory_limit(pod).or(node_memory);
     let mut done = BTreeMap::new();
     let mut errors = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        match set_up_volume(pod_dir, v) {
+        match set_up_volume(pod_dir, v, memory_cap) {
             Ok(path) => {
                 done.insert(v.name.clone(), path);
             }
@@ -124,10 +131,14 @@ pub fn set_up_pod(pod_dir: &Path, pod: &Pod) -> Result<PodVolumes, Vec<SetUpErro
     }
 }
 
-fn set_up_volume(pod_dir: &Path, v: &Volume) -> Result<PathBuf, VolumeError> {
+fn set_up_volume(
+    pod_dir: &Path,
+    v: &Volume,
+    memory_cap: Option<u64>,
+) -> Result<PathBuf, VolumeError> {
     if let Some(ed) = &v.empty_dir {
         let dir = volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name);
-        empty_dir::set_up(&dir, ed)?;
+        empty_dir::set_up(&dir, ed, memory_cap)?;
         return Ok(dir);
     }
     if let Some(hp) = &v.host_path {

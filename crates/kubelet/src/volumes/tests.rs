@@ -280,17 +280,17 @@ fn empty_dir_size_limit_in_bytes() {
 fn empty_dir_on_disk_is_world_writable() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = volume_dir(tmp.path(), EMPTY_DIR_PLUGIN, "cache");
-    empty_dir::set_up(&dir, &EmptyDirVolumeSource::default()).unwrap();
+    empty_dir::set_up(&dir, &EmptyDirVolumeSource::default(), None).unwrap();
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o777);
     // Idempotent.
-    empty_dir::set_up(&dir, &EmptyDirVolumeSource::default()).unwrap();
+    empty_dir::set_up(&dir, &EmptyDirVolumeSource::default(), None).unwrap();
     let bad = EmptyDirVolumeSource {
         medium: Some("Tape".into()),
         ..Default::default()
     };
     assert_eq!(
-        empty_dir::set_up(&dir, &bad).unwrap_err().to_string(),
+        empty_dir::set_up(&dir, &bad, None).unwrap_err().to_string(),
         "unknown storage medium \"Tape\""
     );
 }
@@ -307,7 +307,7 @@ fn unsupported_volumes_fail_by_name_and_type() {
         ]}
     }))
     .unwrap();
-    let errs = set_up_pod(tmp.path(), &pod).unwrap_err();
+    let errs = set_up_pod(tmp.path(), &pod, None).unwrap_err();
     let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(msgs[0].starts_with(
@@ -343,7 +343,7 @@ fn removing_a_pod_dir_without_mounts() {
     let tmp = tempfile::tempdir().unwrap();
     let pod_dir = tmp.path().join("pods/uid-1");
     let dir = volume_dir(&pod_dir, EMPTY_DIR_PLUGIN, "v");
-    empty_dir::set_up(&dir, &EmptyDirVolumeSource::default()).unwrap();
+    empty_dir::set_up(&dir, &EmptyDirVolumeSource::default(), None).unwrap();
     std::fs::write(dir.join("f"), "x").unwrap();
     assert_eq!(
         pod_dir_uids(&tmp.path().join("pods")).unwrap(),
@@ -355,4 +355,31 @@ fn removing_a_pod_dir_without_mounts() {
     assert!(pod_dir_uids(&tmp.path().join("nothing"))
         .unwrap()
         .is_empty());
+}
+
+#[test]
+fn memory_empty_dir_is_capped_by_the_pod_limit() {
+    use super::empty_dir::{memory_size, pod_memory_limit};
+    let pod = |spec: serde_json::Value| -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+            .unwrap()
+    };
+    let lim = |m: &str| serde_json::json!({"limits": {"memory": m}});
+    let all = pod(serde_json::json!({
+        "initContainers": [
+            {"name": "i", "resources": lim("300Mi")},
+            {"name": "side", "restartPolicy": "Always", "resources": lim("10Mi")},
+        ],
+        "containers": [{"name": "a", "resources": lim("100Mi")}, {"name": "b", "resources": lim("50Mi")}],
+        "overhead": {"memory": "1Mi"},
+    }));
+    assert_eq!(pod_memory_limit(&all), Some((300 + 1) << 20));
+    let partial = pod(serde_json::json!({
+        "containers": [{"name": "a", "resources": lim("100Mi")}, {"name": "b"}],
+    }));
+    assert_eq!(pod_memory_limit(&partial), None);
+    assert_eq!(memory_size(Some(16), Some(8)), Some(8));
+    assert_eq!(memory_size(Some(16), Some(32)), Some(16));
+    assert_eq!(memory_size(None, Some(32)), Some(32));
+    assert_eq!(memory_size(None, None), None);
 }
