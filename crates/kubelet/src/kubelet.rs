@@ -37,6 +37,7 @@ use crate::server;
 use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
 use crate::status::{compute, syncer, StatusHandle, StatusManager};
 use crate::sync::SyncContext;
+use crate::volumes;
 
 /// Errors that stop the kubelet from starting at all.
 #[derive(Debug, thiserror::Error)]
@@ -459,7 +460,7 @@ impl SyncLoop {
                 Some(u) = probe_updates.recv() => self.handle_probe_result(u),
                 Some(ev) = worker_events.recv() => self.handle_worker_event(ev).await,
                 _ = sync_tick.tick() => self.dispatch_due(),
-                _ = housekeeping.tick() => self.housekeeping(),
+                _ = housekeeping.tick() => self.housekeeping().await,
             }
         }
         info!("SyncLoop stopping; waiting for pod workers");
@@ -680,8 +681,9 @@ impl SyncLoop {
     }
 
     /// Upstream `HandlePodCleanups`: pods the runtime has that no source wants are killed and
-    /// removed. Only once every source has been read, or a restart would kill everything.
-    fn housekeeping(&mut self) {
+    /// removed, and pod directories nobody owns are cleaned up. Only once every source has been
+    /// read, or a restart would kill everything.
+    async fn housekeeping(&mut self) {
         self.workers.reap();
         if !self.expected_sources.is_subset(&self.seen_sources) {
             return;
@@ -704,6 +706,50 @@ impl SyncLoop {
             pod.spec = Some(PodSpec::default());
             self.workers
                 .terminate(Arc::new(pod), Some(Duration::from_secs(2)));
+        }
+        self.cleanup_orphaned_pod_dirs(&listing).await;
+    }
+
+    /// Upstream `cleanupOrphanedPodDirs`: a pod directory whose pod no source wants, no worker
+    /// handles and the runtime does not run is left from a crash or a failed clean up; its
+    /// volumes are unmounted and it is removed. Pods still known keep theirs: their worker
+    /// removes it after tearing the pod down.
+    async fn cleanup_orphaned_pod_dirs(&self, listing: &RuntimePods) {
+        let pods_root = self.cfg.root_dir.join("pods");
+        let running: HashSet<&str> = listing.pods.iter().map(|r| r.uid.as_str()).collect();
+        let known = |uid: &str| {
+            self.pods.contains_key(uid) || self.workers.has(uid) || running.contains(uid)
+        };
+        let uids = {
+            let root = pods_root.clone();
+            tokio::task::spawn_blocking(move || volumes::pod_dir_uids(&root)).await
+        };
+        let orphans: Vec<String> = match uids {
+            Ok(Ok(uids)) => uids.into_iter().filter(|u| !known(u)).collect(),
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot list pod directories");
+                return;
+            }
+            Err(_) => return,
+        };
+        if orphans.is_empty() {
+            return;
+        }
+        let res = tokio::task::spawn_blocking(move || {
+            orphans
+                .into_iter()
+                .map(|uid| {
+                    let res = volumes::remove_pod_dir(&pods_root.join(&uid));
+                    (uid, res)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        for (uid, r) in res.into_iter().flatten() {
+            match r {
+                Ok(()) => info!(uid = %uid, "removed orphaned pod directory"),
+                Err(e) => warn!(uid = %uid, error = %e, "cannot remove orphaned pod directory"),
+            }
         }
     }
 }

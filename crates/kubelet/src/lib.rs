@@ -27,5 +27,6 @@ pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod sysctl;
+pub mod volumes;
 
 pub use config::KubeletConfig;

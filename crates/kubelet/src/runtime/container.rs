@@ -26,7 +26,8 @@ pub struct ConfigError(pub String);
 pub struct RunContainerOptions {
     /// The final environment, in declaration order.
     pub envs: Vec<EnvVar>,
-    /// Bind mounts the kubelet provides (the managed /etc/hosts, ...).
+    /// Bind mounts the kubelet provides: the volumeMounts (upstream `makeMounts`), then the
+    /// managed /etc/hosts.
     pub mounts: Vec<api::Mount>,
     /// The user the image runs as, for runAsNonRoot and the default runAsUser.
     pub image_user: ImageUser,

@@ -23,6 +23,7 @@ use crate::runtime::{
 };
 use crate::status::compute::{self, Reasons, StatusContext};
 use crate::status::StatusHandle;
+use crate::volumes::{self, PodVolumes};
 
 mod hooks;
 mod run_options;
@@ -121,6 +122,8 @@ pub struct PodState {
     pub start_pending: bool,
     /// Whether this worker synced the pod before (`create` vs `sync` in the worker metric).
     pub synced: bool,
+    /// The pod's volumes as the last sync set them up, for the containers' mounts.
+    pub volumes: PodVolumes,
 }
 
 impl PodState {
@@ -135,6 +138,7 @@ impl PodState {
             image_time: Duration::ZERO,
             start_pending: false,
             synced: false,
+            volumes: PodVolumes::default(),
         }
     }
 }
@@ -314,6 +318,32 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             retry_after: None,
         };
     }
+    // Upstream `WaitForAttachAndMount`: no container starts before every volume is set up; the
+    // containers wait with ContainerCreating meanwhile and the worker retries.
+    let node_memory = ctx
+        .allocatable
+        .get("memory")
+        .and_then(|q| crate::resources::parse_milli(&q.0))
+        .and_then(|m| u64::try_from(m / 1000).ok());
+    match set_up_volumes(dir.clone(), pod.clone(), node_memory).await {
+        Ok(v) => state.volumes = v,
+        Err(errors) => {
+            for e in errors {
+                warn!(pod = %who, volume = %e.volume, error = %e.source, "volume set up failed");
+                ctx.recorder.pod_event(
+                    pod,
+                    None,
+                    EventType::Warning,
+                    events::FAILED_MOUNT_VOLUME,
+                    e.to_string(),
+                );
+            }
+            return SyncOutcome {
+                terminal: false,
+                retry_after: Some(ERROR_RETRY),
+            };
+        }
+    }
     let retry = execute(ctx, state, pod, &rt).await;
     // Show the result of what was just done without waiting for PLEG.
     if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
@@ -335,6 +365,27 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             (r, d) => r.or(d),
         },
     }
+}
+
+/// [`volumes::set_up_pod`] on a blocking thread: it stats, creates and mounts.
+async fn set_up_volumes(
+    dir: PathBuf,
+    pod: Arc<Pod>,
+    node_memory: Option<u64>,
+) -> Result<PodVolumes, Vec<volumes::SetUpError>> {
+    let uid = podutil::uid(&pod).to_string();
+    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory))
+        .await
+        .unwrap_or_else(|e| {
+            Err(vec![volumes::SetUpError {
+                volume: String::new(),
+                source: volumes::VolumeError::Io {
+                    what: "set up volumes of pod",
+                    path: PathBuf::from(uid),
+                    source: std::io::Error::other(e.to_string()),
+                },
+            }])
+        })
 }
 
 /// The `fieldPath` of the container named `name` in events (upstream `spec.containers{name}`).
@@ -651,7 +702,7 @@ async fn start_container(
     state.image_time += pulling.elapsed();
     let image_ref = image?;
     let pod_ips = run_options::pod_ips(pod, rt, ip, &ctx.node_ip);
-    let mut opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref).await?;
+    let mut opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref, &state.volumes).await?;
     if kind == ContainerKind::Ephemeral {
         opts.target_container_id = ephemeral_target(pod, c, rt)?;
     }
@@ -764,12 +815,23 @@ pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeErro
     ctx.runtime.kill_pod(&rt, Duration::from_secs(2)).await?;
     ctx.runtime.remove_pod(pod, &rt).await?;
     let dir = pod_dir(ctx, pod);
-    match tokio::fs::remove_dir_all(&dir).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(RuntimeError::Io {
-            what: format!("remove pod directory {}", dir.display()),
-            source,
-        }),
+    // Volumes are unmounted before the directory goes. A failure is logged, not returned: the
+    // pod is gone from the runtime, and housekeeping retries the orphaned directory, so a
+    // volume never keeps a pod Terminating.
+    let who = podutil::describe(pod);
+    let res = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || volumes::remove_pod_dir(&dir)
+    })
+    .await;
+    match res {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            warn!(pod = %who, dir = %dir.display(), error = %e, "cannot clean up pod directory; housekeeping retries")
+        }
+        Err(e) => {
+            warn!(pod = %who, dir = %dir.display(), error = %e, "pod directory clean up panicked")
+        }
     }
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! The I/O half of a container's config (upstream `kubelet_pods.go` `GenerateRunContainerOptions`
-//! and `getImageUser`): environment, the managed /etc/hosts and the image's user. Any failure is a
-//! `CreateContainerConfigError`, as upstream reports errors from here.
+//! and `getImageUser`): environment, volume mounts, the managed /etc/hosts and the image's user.
+//! Any failure is a `CreateContainerConfigError`, as upstream reports errors from here.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -10,6 +10,7 @@ use crate::podutil;
 use crate::runtime::container::RunContainerOptions;
 use crate::runtime::env::{self, EnvContext};
 use crate::runtime::PodRuntimeStatus;
+use crate::volumes::{mounts, PodVolumes};
 
 fn config_error(msg: impl Into<String>) -> StartError {
     StartError::new(Reason::CreateContainerConfigError, msg)
@@ -38,6 +39,7 @@ pub async fn generate(
     c: &Container,
     pod_ips: &[String],
     image_ref: &str,
+    volumes: &PodVolumes,
 ) -> Result<RunContainerOptions, StartError> {
     let host_ips: Vec<String> = (!ctx.node_ip.is_empty())
         .then(|| ctx.node_ip.clone())
@@ -49,7 +51,14 @@ pub async fn generate(
         allocatable: &ctx.allocatable,
     };
     let envs = env::make_environment_variables(pod, c, &cx).map_err(|e| config_error(e.0))?;
-    let mut mounts = Vec::new();
+    // Volume mounts first, in volumeMounts order, as upstream's makeMounts returns them.
+    let mut mounts = {
+        let (c, volumes, envs, dir) = (c.clone(), volumes.clone(), envs.clone(), pod_dir(ctx, pod));
+        tokio::task::spawn_blocking(move || mounts::make_mounts(&dir, &c, &volumes, &envs))
+            .await
+            .map_err(|e| config_error(format!("make mounts: {e}")))?
+            .map_err(|e| config_error(e.to_string()))?
+    };
     // Upstream mounts the hosts file once the pod has an IP (a host-network pod has the node's),
     // unless the container mounts something of its own there.
     let own_hosts = c

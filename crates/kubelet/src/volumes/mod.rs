@@ -1,0 +1,321 @@
+//! The volume manager for the node-local plugins (upstream `pkg/kubelet/volumemanager`, reduced to
+//! what a node does alone: no attach/detach, no CSI, no API objects yet).
+//!
+//! Upstream keeps a desired state of the world (the pods' volumes) and an actual state (what is
+//! mounted), reconciled by one loop, and rebuilds the actual state from disk after a restart. Here
+//! each pod's directory is touched only by that pod's worker (and, once no worker is left, by
+//! housekeeping), so no state needs an owner task: the desired state is the spec the worker
+//! syncs, the actual state is read back from the file system and `/proc/self/mountinfo` every
+//! time. Set up is idempotent and runs on every sync before containers start; tear down unmounts
+//! whatever the mount table shows under the pod directory, which also covers a crash.
+
+pub mod empty_dir;
+pub mod host_path;
+pub mod mounts;
+pub mod subpath;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+
+/// Upstream's directory name of the emptyDir plugin under `<pod>/volumes/`.
+pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+
+/// Why a volume could not be set up or torn down.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Upstream `checkTypeInternal`'s messages, word for word.
+    #[error("hostPath type check failed: {path} is not {what}")]
+    HostPathType { path: String, what: &'static str },
+    #[error("{0} is an invalid volume type")]
+    InvalidHostPathType(String),
+    #[error("unknown storage medium {0:?}")]
+    UnknownMedium(String),
+    #[error("storage medium {0:?} is not supported on this node")]
+    UnsupportedMedium(String),
+    #[error("invalid sizeLimit {0:?}")]
+    InvalidSizeLimit(String),
+    #[error("volume type {kind} is not supported on this node: {why}")]
+    Unsupported {
+        kind: &'static str,
+        why: &'static str,
+    },
+    #[error("mount tmpfs on {path}: {source}")]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("unmount {path}: {source}")]
+    Unmount {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("{path} is still mounted after unmounting it")]
+    StillMounted { path: PathBuf },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
+    move |source| VolumeError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One volume that failed to set up; its Display is upstream's `FailedMount` event message.
+#[derive(Debug, thiserror::Error)]
+#[error("MountVolume.SetUp failed for volume {volume:?} : {source}")]
+pub struct SetUpError {
+    pub volume: String,
+    #[source]
+    pub source: VolumeError,
+}
+
+/// The host path of every volume of a pod that is set up, by volume name (what upstream's
+/// `GetMountedVolumesForPod` gives `makeMounts`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodVolumes(pub BTreeMap<String, PathBuf>);
+
+impl PodVolumes {
+    pub fn get(&self, name: &str) -> Option<&Path> {
+        self.0.get(name).map(PathBuf::as_path)
+    }
+}
+
+/// `<pod-dir>/volumes/<plugin>/<name>`, where a plugin that needs a directory sets up its volume.
+pub fn volume_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
+    pod_dir.join("volumes").join(plugin).join(name)
+}
+
+/// Sets up every volume of `pod` (upstream `WaitForAttachAndMount` with the reconciler's
+/// `MountVolume`). Each failing volume is reported on its own, as upstream's events are; the
+/// containers must not start until this returns Ok. `node_memory` is node allocatable memory,
+/// the cap of a Memory emptyDir in a pod without a memory limit. Blocking: call it off the async
+/// threads.
+pub fn set_up_pod(
+    pod_dir: &Path,
+    pod: &Pod,
+    node_memory: Option<u64>,
+) -> Result<PodVolumes, Vec<SetUpError>> {
+    let memory_cap = empty_dir::pod_memory_limit(pod).or(node_memory);
+    let mut done = BTreeMap::new();
+    let mut errors = Vec::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        match set_up_volume(pod_dir, v, memory_cap) {
+            Ok(path) => {
+                done.insert(v.name.clone(), path);
+            }
+            Err(source) => errors.push(SetUpError {
+                volume: v.name.clone(),
+                source,
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(PodVolumes(done))
+    } else {
+        Err(errors)
+    }
+}
+
+fn set_up_volume(
+    pod_dir: &Path,
+    v: &Volume,
+    memory_cap: Option<u64>,
+) -> Result<PathBuf, VolumeError> {
+    if let Some(ed) = &v.empty_dir {
+        let dir = volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name);
+        empty_dir::set_up(&dir, ed, memory_cap)?;
+        return Ok(dir);
+    }
+    if let Some(hp) = &v.host_path {
+        return host_path::set_up(hp);
+    }
+    let kind = volume_kind(v);
+    let why = if kind == "projected" && v.name.starts_with("kube-api-access-") {
+        "the service account token, ca.crt and namespace it projects need the API server \
+         (TokenRequest, ConfigMap), which this node's volume manager does not use"
+    } else if matches!(
+        kind,
+        "configMap" | "secret" | "downwardAPI" | "projected" | "persistentVolumeClaim"
+    ) {
+        "it needs objects from the API server, which this node's volume manager does not read"
+    } else {
+        "only emptyDir and hostPath are"
+    };
+    Err(VolumeError::Unsupported { kind, why })
+}
+
+/// The API name of a volume's source, for messages.
+fn volume_kind(v: &Volume) -> &'static str {
+    let kinds: [(&'static str, bool); 14] = [
+        ("configMap", v.config_map.is_some()),
+        ("secret", v.secret.is_some()),
+        ("downwardAPI", v.downward_api.is_some()),
+        ("projected", v.projected.is_some()),
+        ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
+        ("csi", v.csi.is_some()),
+        ("ephemeral", v.ephemeral.is_some()),
+        ("nfs", v.nfs.is_some()),
+        ("iscsi", v.iscsi.is_some()),
+        ("image", v.image.is_some()),
+        ("fc", v.fc.is_some()),
+        ("cephfs", v.cephfs.is_some()),
+        ("rbd", v.rbd.is_some()),
+        ("gitRepo", v.git_repo.is_some()),
+    ];
+    kinds
+        .iter()
+        .find(|(_, set)| *set)
+        .map(|(k, _)| *k)
+        .unwrap_or("unknown")
+}
+
+/// One line of `/proc/self/mountinfo`: where something is mounted and its file system type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountEntry {
+    pub mount_point: PathBuf,
+    pub fs_type: String,
+}
+
+/// Parses `/proc/self/mountinfo` (proc(5)): field 5 is the mount point with octal escapes
+/// (`\040` for a space), the file system type follows the ` - ` separator.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let mount_point = fields.nth(4)?;
+            let mut rest = fields.skip_while(|f| *f != "-");
+            rest.next()?;
+            let fs_type = rest.next()?;
+            Some(MountEntry {
+                mount_point: PathBuf::from(unescape_octal(mount_point)),
+                fs_type: fs_type.to_string(),
+            })
+        })
+        .collect()
+}
+
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            if let Some(v) = s
+                .get(i + 1..i + 4)
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn read_mountinfo() -> Result<Vec<MountEntry>, VolumeError> {
+    let path = Path::new("/proc/self/mountinfo");
+    let text = std::fs::read_to_string(path).map_err(io("read", path))?;
+    Ok(parse_mountinfo(&text))
+}
+
+/// The mount table compares resolved paths; a root dir given through a symlink must match too.
+fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The file system type mounted exactly at `path`, if something is (the top-most mount).
+pub fn mounted_fs_type(path: &Path) -> Result<Option<String>, VolumeError> {
+    let path = resolved(path);
+    Ok(read_mountinfo()?
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == path)
+        .map(|m| m.fs_type))
+}
+
+/// Mount points strictly below `dir`, deepest first so that nested mounts go before their parent.
+fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, VolumeError> {
+    let dir = resolved(dir);
+    let mut found: Vec<PathBuf> = read_mountinfo()?
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|p| p != &dir && p.starts_with(&dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    Ok(found)
+}
+
+/// Unmounts everything mounted below `pod_dir` (upstream `UnmountVolume` for each mounted volume,
+/// found the way its reconstruction finds them after a crash). A busy mount is detached lazily:
+/// the pod's containers are gone by then, and a pod must never stay Terminating over a mount.
+pub fn tear_down_pod(pod_dir: &Path) -> Result<(), VolumeError> {
+    use nix::errno::Errno;
+    use nix::mount::{umount2, MntFlags};
+    // Stacked mounts need one round each; a handful of rounds is plenty.
+    for _ in 0..8 {
+        let below = mounts_below(pod_dir)?;
+        if below.is_empty() {
+            return Ok(());
+        }
+        for p in below {
+            match umount2(&p, MntFlags::empty()) {
+                Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+                Err(Errno::EBUSY) => umount2(&p, MntFlags::MNT_DETACH)
+                    .map_err(|source| VolumeError::Unmount { path: p, source })?,
+                Err(source) => return Err(VolumeError::Unmount { path: p, source }),
+            }
+        }
+    }
+    match mounts_below(pod_dir)?.into_iter().next() {
+        Some(path) => Err(VolumeError::StillMounted { path }),
+        None => Ok(()),
+    }
+}
+
+/// Tears the pod's volumes down, then removes its directory. The directory is removed only once
+/// nothing is mounted below it, so a volume's content (a hostPath's above all) is never deleted
+/// through a mount.
+pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
+    tear_down_pod(pod_dir)?;
+    match std::fs::remove_dir_all(pod_dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("remove pod directory", pod_dir)(e)),
+    }
+}
+
+/// The UIDs that have a directory under `<root-dir>/pods`.
+pub fn pod_dir_uids(pods_root: &Path) -> Result<Vec<String>, VolumeError> {
+    let entries = match std::fs::read_dir(pods_root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("read", pods_root)(e)),
+    };
+    let mut uids = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io("read", pods_root))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            uids.extend(entry.file_name().to_str().map(str::to_string));
+        }
+    }
+    Ok(uids)
+}
