@@ -36,6 +36,8 @@ pub struct Env {
     pub root: PathBuf,
     pub ro_port: u16,
     pub healthz_port: u16,
+    /// The secure (10250-style) port; each test its own, as tests run in parallel.
+    pub port: u16,
     pub node: String,
     kubelet: Option<Child>,
     runs: u32,
@@ -69,6 +71,7 @@ impl Env {
             index,
             ro_port: free_port(),
             healthz_port: free_port(),
+            port: free_port(),
             node: format!("node-{index}"),
             kubelet: None,
             runs: 0,
@@ -111,12 +114,13 @@ impl Env {
     pub fn start_kubelet_with(&mut self, extra: &[&str]) {
         let cfg = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             staticPodPath: {}\npodLogsDir: {}\nreadOnlyPort: {}\nhealthzPort: {}\n\
+             staticPodPath: {}\npodLogsDir: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
              fileCheckFrequency: 20s\nsyncFrequency: 1m0s\n",
             self.manifests.display(),
             self.logs.display(),
             self.ro_port,
-            self.healthz_port
+            self.healthz_port,
+            self.port
         );
         std::fs::write(self.config_path(), cfg).unwrap();
         self.runs += 1;
