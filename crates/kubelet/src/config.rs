@@ -838,6 +838,72 @@ mod tests {
     }
 
     #[test]
+    fn server_authentication_and_authorization_fields() {
+        let d = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+            .unwrap()
+            .config;
+        // v1beta1 file defaults: closed.
+        assert_eq!(d.port, 10250);
+        assert!(!d.authentication.anonymous_enabled);
+        assert!(d.authentication.webhook_enabled);
+        assert_eq!(d.authentication.webhook_cache_ttl, Duration::from_secs(120));
+        assert_eq!(d.authorization.mode, AuthorizationMode::Webhook);
+        assert_eq!(
+            d.authorization.cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            d.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
+        assert!(d.enable_debugging_handlers);
+        let l = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             port: 10251\ntlsCertFile: /p/c.crt\ntlsPrivateKeyFile: /p/c.key\n\
+             enableDebuggingHandlers: false\n\
+             authentication:\n  x509: {clientCAFile: /p/ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  \
+             anonymous: {enabled: true}\n  bogus: 1\n\
+             authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
+        )
+        .unwrap();
+        let c = l.config;
+        assert_eq!(c.port, 10251);
+        assert_eq!(c.tls_cert_file, Some("/p/c.crt".into()));
+        assert_eq!(c.tls_private_key_file, Some("/p/c.key".into()));
+        assert!(!c.enable_debugging_handlers);
+        assert_eq!(c.authentication.client_ca_file, Some("/p/ca.crt".into()));
+        assert!(!c.authentication.webhook_enabled);
+        assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
+        assert!(c.authentication.anonymous_enabled);
+        assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(
+            c.authorization.cache_authorized_ttl,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            c.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            l.warnings,
+            vec!["unknown config field \"authentication.bogus\"; ignored"]
+        );
+        let e = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             tlsCertFile: /p/c.crt\nauthorization: {mode: Node}\n\
+             authentication: {webhook: {cacheTTL: x}}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("authorization.mode: unsupported authorization mode"),
+            "{e}"
+        );
+        assert!(e.contains("authentication.webhook.cacheTTL"), "{e}");
+        assert!(e.contains("tlsCertFile and tlsPrivateKeyFile"), "{e}");
+    }
+
+    #[test]
     fn file_with_supported_unsupported_and_unknown_fields() {
         let l = parse(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\

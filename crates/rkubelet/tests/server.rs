@@ -287,3 +287,39 @@ async fn secure_port_authenticates_and_authorizes() {
     );
     assert_ne!(code, 200, "a cert from an unknown CA must not be accepted");
 }
+
+#[tokio::test]
+async fn debugging_handlers_off_answer_405() {
+    let cp = ControlPlane::up("srv-nodebug");
+    let mut env = Env::new(174);
+    env.extra_config = "enableDebuggingHandlers: false\n".into();
+    start_node(&cp, &mut env);
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest("quiet", &env.node, "echo hello; sleep 3600")),
+    );
+    wait_running(&cp, "quiet");
+    let err = kubectl_try(&cp, &["logs", "quiet"]).unwrap_err();
+    assert!(
+        err.contains("does not allow this method") || err.contains("Debug endpoints are disabled"),
+        "{err}"
+    );
+    let cert = cp.dir.join("pki/apiserver-kubelet-client.crt");
+    let key = cp.dir.join("pki/apiserver-kubelet-client.key");
+    let creds = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let (code, body) = curl(&env, "/containerLogs/default/quiet/main", &creds);
+    assert_eq!(
+        (code, body.as_str()),
+        (405, "Debug endpoints are disabled.")
+    );
+    let (code, _) = curl(&env, "/runningpods/", &creds);
+    assert_eq!(code, 405);
+    // Everything else stays on.
+    let (code, body) = curl(&env, "/pods", &creds);
+    assert_eq!(code, 200, "{body}");
+}

@@ -38,6 +38,8 @@ pub struct Env {
     pub healthz_port: u16,
     /// The secure (10250-style) port; each test its own, as tests run in parallel.
     pub port: u16,
+    /// Appended to the KubeletConfiguration `start_kubelet*` writes (YAML lines).
+    pub extra_config: String,
     pub node: String,
     kubelet: Option<Child>,
     runs: u32,
@@ -72,6 +74,7 @@ impl Env {
             ro_port: free_port(),
             healthz_port: free_port(),
             port: free_port(),
+            extra_config: String::new(),
             node: format!("node-{index}"),
             kubelet: None,
             runs: 0,
@@ -121,7 +124,7 @@ impl Env {
             self.ro_port,
             self.healthz_port,
             self.port
-        );
+        ) + &self.extra_config;
         std::fs::write(self.config_path(), cfg).unwrap();
         self.runs += 1;
         let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();
