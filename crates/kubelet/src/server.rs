@@ -94,6 +94,7 @@ use std::collections::HashMap;
 
 use axum::extract::{Path as UrlPath, Query, Request};
 use axum::middleware::Next;
+use futures::StreamExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -343,16 +344,27 @@ async fn container_logs(
         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
     let log_opts = LogOptions::from_pod_options(&opts, Timestamp::now());
-    // The reader writes into one end of a pipe, the response streams the other: a client that
-    // goes away closes the pipe and ends the reader (and a follow) with a write error.
+    // The reader writes into one end of a pipe, the response streams the other. The body holds a
+    // drop guard: a client that goes away drops the body and stops the reader at once, even a
+    // follow of a quiet container that would otherwise notice only at its next write (upstream
+    // stops on the request context the same way).
     let (mut w, r) = tokio::io::duplex(64 * 1024);
     let cri = d.cri.clone();
+    let gone = CancellationToken::new();
+    let guard = gone.clone().drop_guard();
     tokio::spawn(async move {
-        if let Err(e) = crate::logs::container_logs(&cri, &id, &log_opts, &mut w).await {
-            debug!(container = %id, error = %e, "containerLogs ended");
+        tokio::select! {
+            r = crate::logs::container_logs(&cri, &id, &log_opts, &mut w) => if let Err(e) = r {
+                debug!(container = %id, error = %e, "containerLogs ended");
+            },
+            _ = gone.cancelled() => debug!(container = %id, "containerLogs client went away"),
         }
     });
-    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(r));
+    let stream = tokio_util::io::ReaderStream::new(r).map(move |chunk| {
+        let _keep = &guard;
+        chunk
+    });
+    let body = axum::body::Body::from_stream(stream);
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }
 

@@ -148,6 +148,12 @@ async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
         seen.windows(2).all(|w| w[1] == w[0] + 1),
         "consecutive new lines: {seen:?}"
     );
+    // The apiserver drops its request when kubectl goes away, and the kubelet stops following.
+    wait_until(Duration::from_secs(20), "follow stopped", || {
+        env.kubelet_log()
+            .contains("containerLogs client went away")
+            .then_some(())
+    });
 
     // Errors come back with upstream's wording.
     let err = kubectl_try(&cp, &["logs", "counter", "--previous"]).unwrap_err();
