@@ -110,7 +110,7 @@ pub struct KubeletConfig {
     /// `enableDebuggingHandlers`: false turns containerLogs (and exec/attach/portForward/run)
     /// off with 405, as upstream.
     pub enable_debugging_handlers: bool,
-    /// Feature gate `KubeletFineGrainedAuthz` (upstream beta, on by default since 1.33): `/pods`,
+    /// `featureGates.KubeletFineGrainedAuthz` (upstream beta, on by default since 1.33): `/pods`,
     /// `/healthz` and `/configz` are first checked against their own subresource, then `proxy`.
     pub fine_grained_authz: bool,
 }
@@ -539,6 +539,17 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
         }
         r.errors.extend(a.finish("authorization", &mut warnings));
     }
+    if let Some(mut g) = r.section("featureGates") {
+        if let Some(b) = g.bool("KubeletFineGrainedAuthz") {
+            cfg.fine_grained_authz = b;
+        }
+        for gate in std::mem::take(&mut g.map).into_keys() {
+            warnings.push(format!(
+                "feature gate {gate:?} is not supported by rkubelet; ignored"
+            ));
+        }
+        r.errors.extend(g.finish("featureGates", &mut warnings));
+    }
     for key in r.map.keys() {
         if key == "kind" || key == "apiVersion" {
             continue;
@@ -901,6 +912,16 @@ mod tests {
         );
         assert!(e.contains("authentication.webhook.cacheTTL"), "{e}");
         assert!(e.contains("tlsCertFile and tlsPrivateKeyFile"), "{e}");
+        let l = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             featureGates: {KubeletFineGrainedAuthz: false, SomethingElse: true}\n",
+        )
+        .unwrap();
+        assert!(!l.config.fine_grained_authz);
+        assert_eq!(
+            l.warnings,
+            vec!["feature gate \"SomethingElse\" is not supported by rkubelet; ignored"]
+        );
     }
 
     #[test]
