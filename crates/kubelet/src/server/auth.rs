@@ -216,10 +216,9 @@ impl Authenticator {
         if let Some(u) = cert {
             return Ok(Some(add_authenticated_group(u.clone())));
         }
-        if let Some(token) = token.filter(|t| !t.is_empty()) {
-            if !self.webhook {
-                return Ok(None);
-            }
+        // Without the webhook there is no token authenticator: a token is simply not looked at
+        // and the request goes on as anonymous (or 401), as upstream's union does.
+        if let Some(token) = token.filter(|t| !t.is_empty() && self.webhook) {
             return Ok(self.review_token(token).await?.map(add_authenticated_group));
         }
         Ok(self.anonymous.then(|| UserInfo {
@@ -484,15 +483,16 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(u.groups, vec!["org", AUTHENTICATED_GROUP]);
-        // A token that cannot be reviewed is a failure, not anonymous.
-        assert_eq!(a.authenticate(None, Some("t")).await.unwrap(), None);
+        // Without the token webhook a token is ignored: anonymous.
+        let anon = a.authenticate(None, Some("t")).await.unwrap().unwrap();
+        assert_eq!(anon.name, ANONYMOUS_USER);
         let anon = a.authenticate(None, None).await.unwrap().unwrap();
         assert_eq!(anon.name, ANONYMOUS_USER);
         assert_eq!(anon.groups, vec![UNAUTHENTICATED_GROUP]);
         cfg.anonymous_enabled = false;
         let a = Authenticator::new(&cfg, None);
         assert_eq!(a.authenticate(None, None).await.unwrap(), None);
-        // Webhook on without a client: an error (401), never a pass.
+        // Webhook on without a client: an error (401), never anonymous.
         cfg.webhook_enabled = true;
         let a = Authenticator::new(&cfg, None);
         assert!(a.authenticate(None, Some("t")).await.is_err());
