@@ -396,6 +396,11 @@ fn secure_router(d: SecureDeps) -> Router {
         .with_state(d)
 }
 
+/// Upstream's `IdleTimeout` of the kubelet server (Go's keep-alive timeout).
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+/// Upstream's `MaxHeaderBytes`.
+const MAX_HEADER_BYTES: usize = 1 << 20;
+
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -457,7 +462,15 @@ pub async fn bind_secure(
                         req.extensions_mut().insert(peer_user.clone());
                         app.clone().oneshot(req)
                     });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // A client must send its request head in time, so idle or slow connections
+                // cannot pile up (upstream: IdleTimeout 90 s, MaxHeaderBytes 1 MiB).
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(IDLE_TIMEOUT)
+                    .max_buf_size(MAX_HEADER_BYTES);
                 let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
                 tokio::select! {
                     r = conn => if let Err(e) = r {
