@@ -271,6 +271,7 @@ staticPodPath: $dir/manifests
 podLogsDir: $dir/pod-logs
 readOnlyPort: $port
 healthzPort: 0
+port: 0
 fileCheckFrequency: 20s
 EOF
     local -a extra

@@ -132,7 +132,10 @@ cmd_up() {
         'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local' \
         'extendedKeyUsage=serverAuth')"
     sign admin "/O=system:masters/CN=kubernetes-admin"
-    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+    # The apiserver's identity towards kubelets (logs, exec, proxy). Not in system:masters: its
+    # rights come from RBAC (system:kubelet-api-admin, bound after start), so the kubelet's
+    # SubjectAccessReviews are decided by a real rule.
+    sign apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client"
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 
@@ -171,11 +174,17 @@ APISERVER_URL=https://127.0.0.1:$api_port
 ADMIN_KUBECONFIG=$DIR/admin.kubeconfig
 CA_CERT=$PKI/ca.crt
 CA_KEY=$PKI/ca.key
+KUBELET_CLIENT_CERT=$PKI/apiserver-kubelet-client.crt
+KUBELET_CLIENT_KEY=$PKI/apiserver-kubelet-client.key
 ETCD_PID=$(cat "$DIR/etcd.pid")
 APISERVER_LOG=$DIR/log/kube-apiserver.log
 EOF
     kubeconfig "$DIR/admin.kubeconfig" admin
     wait_ready
+    # kubelets authorize the apiserver's requests (kubectl logs/exec, nodes/proxy) through
+    # SubjectAccessReview: nodes/proxy, log, stats, metrics and spec via the bootstrap role.
+    kubectl --kubeconfig "$DIR/admin.kubeconfig" create clusterrolebinding kube-apiserver-kubelet-api-admin \
+        --clusterrole=system:kubelet-api-admin --user=kube-apiserver-kubelet-client >/dev/null
     cat "$DIR/env"
 }
 

@@ -96,6 +96,92 @@ pub struct KubeletConfig {
     /// Where the `<pod>_<ns>_<container>-<id>.log` symlinks go. Upstream hardcodes
     /// /var/log/containers; rkubelet's `--container-logs-dir` lets tests and odd layouts move it.
     pub container_logs_dir: PathBuf,
+    /// `port` / `--port`: the authenticated HTTPS server (upstream 10250).
+    pub port: u16,
+    /// `tlsCertFile` / `--tls-cert-file`; with the key file unset too, a self-signed cert is
+    /// generated under `<root-dir>/pki` as upstream.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tlsPrivateKeyFile` / `--tls-private-key-file`.
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `authentication`: how requests to `port` prove who they are.
+    pub authentication: Authentication,
+    /// `authorization`: what an authenticated user may do on this node.
+    pub authorization: Authorization,
+    /// `enableDebuggingHandlers`: false turns containerLogs (and exec/attach/portForward/run)
+    /// off with 405, as upstream.
+    pub enable_debugging_handlers: bool,
+    /// `featureGates.KubeletFineGrainedAuthz` (upstream beta, on by default since 1.33): `/pods`,
+    /// `/healthz` and `/configz` are first checked against their own subresource, then `proxy`.
+    pub fine_grained_authz: bool,
+}
+
+/// Upstream `KubeletAuthentication`. The file's defaults (anonymous off, webhook on) differ from
+/// the flags' legacy defaults (anonymous on, webhook off); the binary applies the latter without
+/// `--config`, as upstream's `applyLegacyDefaults`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authentication {
+    /// `x509.clientCAFile` / `--client-ca-file`: client certs signed by it authenticate as their
+    /// CN (user) and O (groups).
+    pub client_ca_file: Option<PathBuf>,
+    /// `webhook.enabled` / `--authentication-token-webhook`: bearer tokens via TokenReview.
+    pub webhook_enabled: bool,
+    /// `webhook.cacheTTL`: how long a TokenReview answer is reused.
+    pub webhook_cache_ttl: Duration,
+    /// `anonymous.enabled` / `--anonymous-auth`: unauthenticated requests become
+    /// `system:anonymous` (and are then authorized) instead of getting 401.
+    pub anonymous_enabled: bool,
+}
+
+impl Default for Authentication {
+    fn default() -> Self {
+        Authentication {
+            client_ca_file: None,
+            webhook_enabled: true,
+            webhook_cache_ttl: Duration::from_secs(120),
+            anonymous_enabled: false,
+        }
+    }
+}
+
+/// Upstream `KubeletAuthorizationMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    /// SubjectAccessReview against the API server.
+    Webhook,
+}
+
+impl std::str::FromStr for AuthorizationMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            other => Err(format!(
+                "unsupported authorization mode {other:?}: must be AlwaysAllow or Webhook"
+            )),
+        }
+    }
+}
+
+/// Upstream `KubeletAuthorization`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authorization {
+    pub mode: AuthorizationMode,
+    /// `webhook.cacheAuthorizedTTL`.
+    pub cache_authorized_ttl: Duration,
+    /// `webhook.cacheUnauthorizedTTL`.
+    pub cache_unauthorized_ttl: Duration,
+}
+
+impl Default for Authorization {
+    fn default() -> Self {
+        Authorization {
+            mode: AuthorizationMode::Webhook,
+            cache_authorized_ttl: Duration::from_secs(300),
+            cache_unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Default for KubeletConfig {
@@ -131,6 +217,13 @@ impl Default for KubeletConfig {
             container_log_max_files: crate::logs::manager::DEFAULT_MAX_FILES as u32,
             container_log_monitor_interval: crate::logs::manager::DEFAULT_MONITOR_INTERVAL,
             container_logs_dir: PathBuf::from(crate::logs::DEFAULT_CONTAINER_LOGS_DIR),
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            authentication: Authentication::default(),
+            authorization: Authorization::default(),
+            enable_debugging_handlers: true,
+            fine_grained_authz: true,
         }
     }
 }
@@ -396,6 +489,67 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
         "containerLogMonitorInterval",
         &mut cfg.container_log_monitor_interval,
     );
+    r.port("port", &mut cfg.port);
+    r.path("tlsCertFile", &mut cfg.tls_cert_file);
+    r.path("tlsPrivateKeyFile", &mut cfg.tls_private_key_file);
+    if let Some(b) = r.bool("enableDebuggingHandlers") {
+        cfg.enable_debugging_handlers = b;
+    }
+    if let Some(mut a) = r.section("authentication") {
+        if let Some(mut x) = a.section("x509") {
+            x.path("clientCAFile", &mut cfg.authentication.client_ca_file);
+            r.errors
+                .extend(x.finish("authentication.x509", &mut warnings));
+        }
+        if let Some(mut w) = a.section("webhook") {
+            if let Some(b) = w.bool("enabled") {
+                cfg.authentication.webhook_enabled = b;
+            }
+            w.duration("cacheTTL", &mut cfg.authentication.webhook_cache_ttl);
+            r.errors
+                .extend(w.finish("authentication.webhook", &mut warnings));
+        }
+        if let Some(mut an) = a.section("anonymous") {
+            if let Some(b) = an.bool("enabled") {
+                cfg.authentication.anonymous_enabled = b;
+            }
+            r.errors
+                .extend(an.finish("authentication.anonymous", &mut warnings));
+        }
+        r.errors.extend(a.finish("authentication", &mut warnings));
+    }
+    if let Some(mut a) = r.section("authorization") {
+        if let Some(m) = a.string("mode") {
+            match m.parse() {
+                Ok(m) => cfg.authorization.mode = m,
+                Err(e) => a.errors.push(format!("mode: {e}")),
+            }
+        }
+        if let Some(mut w) = a.section("webhook") {
+            w.duration(
+                "cacheAuthorizedTTL",
+                &mut cfg.authorization.cache_authorized_ttl,
+            );
+            w.duration(
+                "cacheUnauthorizedTTL",
+                &mut cfg.authorization.cache_unauthorized_ttl,
+            );
+            r.errors
+                .extend(w.finish("authorization.webhook", &mut warnings));
+        }
+        r.errors.extend(a.finish("authorization", &mut warnings));
+    }
+    if let Some(mut g) = r.section("featureGates") {
+        if let Some(b) = g.bool("KubeletFineGrainedAuthz") {
+            cfg.fine_grained_authz = b;
+        }
+        for gate in std::mem::take(&mut g.map).into_keys() {
+            warnings.push(format!(
+                "feature gate {gate:?} is not supported by rkubelet; ignored"
+            ));
+        }
+        r.errors.extend(g.finish("featureGates", &mut warnings));
+    }
     for key in r.map.keys() {
         if key == "kind" || key == "apiVersion" {
             continue;
@@ -424,6 +578,9 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
 
 /// Checks values that have no valid meaning (upstream `validation.ValidateKubeletConfiguration`).
 pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
+    if cfg.tls_cert_file.is_some() != cfg.tls_private_key_file.is_some() {
+        errors.push("tlsCertFile and tlsPrivateKeyFile: set both or neither".into());
+    }
     if cfg.sync_frequency.is_zero() {
         errors.push("syncFrequency: must be greater than 0".into());
     }
@@ -557,6 +714,30 @@ impl Reader {
             }
         }
     }
+    /// A nested mapping (`authentication.webhook`, ...) as its own reader; see [`Reader::finish`].
+    fn section(&mut self, key: &str) -> Option<Reader> {
+        match self.take(key)? {
+            Value::Object(map) => Some(Reader {
+                map: map.into_iter().collect(),
+                errors: Vec::new(),
+            }),
+            other => {
+                self.errors
+                    .push(format!("{key}: must be a mapping, got {other}"));
+                None
+            }
+        }
+    }
+    /// The section's errors prefixed with its path; its unread keys become warnings.
+    fn finish(self, prefix: &str, warnings: &mut Vec<String>) -> Vec<String> {
+        for key in self.map.keys() {
+            warnings.push(format!("unknown config field \"{prefix}.{key}\"; ignored"));
+        }
+        self.errors
+            .into_iter()
+            .map(|e| format!("{prefix}.{e}"))
+            .collect()
+    }
     fn string_list(&mut self, key: &str) -> Option<Vec<String>> {
         match self.take(key)? {
             Value::Array(items) => {
@@ -665,6 +846,82 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(10)), "10s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
+    }
+
+    #[test]
+    fn server_authentication_and_authorization_fields() {
+        let d = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+            .unwrap()
+            .config;
+        // v1beta1 file defaults: closed.
+        assert_eq!(d.port, 10250);
+        assert!(!d.authentication.anonymous_enabled);
+        assert!(d.authentication.webhook_enabled);
+        assert_eq!(d.authentication.webhook_cache_ttl, Duration::from_secs(120));
+        assert_eq!(d.authorization.mode, AuthorizationMode::Webhook);
+        assert_eq!(
+            d.authorization.cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            d.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
+        assert!(d.enable_debugging_handlers);
+        let l = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             port: 10251\ntlsCertFile: /p/c.crt\ntlsPrivateKeyFile: /p/c.key\n\
+             enableDebuggingHandlers: false\n\
+             authentication:\n  x509: {clientCAFile: /p/ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  \
+             anonymous: {enabled: true}\n  bogus: 1\n\
+             authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
+        )
+        .unwrap();
+        let c = l.config;
+        assert_eq!(c.port, 10251);
+        assert_eq!(c.tls_cert_file, Some("/p/c.crt".into()));
+        assert_eq!(c.tls_private_key_file, Some("/p/c.key".into()));
+        assert!(!c.enable_debugging_handlers);
+        assert_eq!(c.authentication.client_ca_file, Some("/p/ca.crt".into()));
+        assert!(!c.authentication.webhook_enabled);
+        assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
+        assert!(c.authentication.anonymous_enabled);
+        assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(
+            c.authorization.cache_authorized_ttl,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            c.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            l.warnings,
+            vec!["unknown config field \"authentication.bogus\"; ignored"]
+        );
+        let e = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             tlsCertFile: /p/c.crt\nauthorization: {mode: Node}\n\
+             authentication: {webhook: {cacheTTL: x}}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("authorization.mode: unsupported authorization mode"),
+            "{e}"
+        );
+        assert!(e.contains("authentication.webhook.cacheTTL"), "{e}");
+        assert!(e.contains("tlsCertFile and tlsPrivateKeyFile"), "{e}");
+        let l = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             featureGates: {KubeletFineGrainedAuthz: false, SomethingElse: true}\n",
+        )
+        .unwrap();
+        assert!(!l.config.fine_grained_authz);
+        assert_eq!(
+            l.warnings,
+            vec!["feature gate \"SomethingElse\" is not supported by rkubelet; ignored"]
+        );
     }
 
     #[test]

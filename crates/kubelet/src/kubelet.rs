@@ -51,6 +51,8 @@ pub enum KubeletError {
         path: std::path::PathBuf,
         message: String,
     },
+    #[error("serving certificate: {0}")]
+    Tls(#[from] server::tls::TlsError),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(#[from] crate::sysctl::AllowlistError),
     #[error("creating {path}: {source}")]
@@ -257,7 +259,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         extra_labels: cfg.node_labels.clone(),
         taints: cfg.register_with_taints.clone(),
         max_pods: cfg.max_pods,
-        kubelet_port: 10250,
+        kubelet_port: cfg.port,
     };
     let machine_info = MachineInfo::read(&cfg.root_dir);
     // Upstream admits against the Node object; ours is what this kubelet registers (labels and
@@ -295,6 +297,33 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         pleg.run(cancel.child_token())
             .instrument(tracing::info_span!("pleg")),
     );
+
+    if cfg.port != 0 {
+        let srv = secure_server(
+            &cfg,
+            node_ip,
+            server::SecureDeps {
+                health: health.clone(),
+                status: status.clone(),
+                runtime_pods: runtime_pods.clone(),
+                cri: cri.clone(),
+                authn: Arc::new(server::auth::Authenticator::new(
+                    &cfg.authentication,
+                    client.clone(),
+                )),
+                authz: Arc::new(server::auth::Authorizer::new(
+                    &cfg.authorization,
+                    cfg.node_name.clone(),
+                    client.clone(),
+                )),
+                debugging_handlers: cfg.enable_debugging_handlers,
+                fine_grained_authz: cfg.fine_grained_authz,
+            },
+            cancel.child_token(),
+        )
+        .await?;
+        tasks.spawn(srv);
+    }
 
     let (snap_tx, snap_rx) = mpsc::channel(16);
     let (cfg_tx, cfg_rx) = mpsc::channel(256);
@@ -377,6 +406,30 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         .run(cfg_rx, pleg_rx, worker_rx, probe_rx, cancel.clone())
         .await;
     shutdown(tasks, cancel).await
+}
+
+/// The 10250 server: TLS from the configured files or a self-signed pair in `<root-dir>/pki`.
+/// Without an API server client the webhooks cannot work (upstream refuses to start then); we
+/// start anyway, say so, and such requests fail closed (401 / 500).
+async fn secure_server(
+    cfg: &KubeletConfig,
+    node_ip: Option<std::net::IpAddr>,
+    deps: server::SecureDeps,
+    cancel: CancellationToken,
+) -> Result<impl std::future::Future<Output = ()>, KubeletError> {
+    let (crt, key) = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => server::tls::ensure_self_signed(&cfg.root_dir, &cfg.node_name, node_ip)?,
+    };
+    let tls = server::tls::server_config(&crt, &key, cfg.authentication.client_ca_file.as_deref())?;
+    if cfg.kubeconfig.is_none()
+        && (cfg.authentication.webhook_enabled
+            || cfg.authorization.mode == crate::config::AuthorizationMode::Webhook)
+    {
+        warn!("webhook authentication/authorization is configured without --kubeconfig: bearer tokens get 401 and Webhook authorization answers 500 on the secure port");
+    }
+    let addr = SocketAddr::new(cfg.address, cfg.port);
+    Ok(server::bind_secure(addr, tls, deps, cancel).await?)
 }
 
 async fn shutdown(mut tasks: JoinSet<()>, cancel: CancellationToken) -> Result<(), KubeletError> {

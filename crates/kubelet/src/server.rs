@@ -1,6 +1,10 @@
-//! The kubelet's HTTP endpoints available so far (upstream `pkg/kubelet/server`): `/healthz` on the
-//! healthz port, and the read-only port with `/pods` and `/healthz`. The authenticated 10250 server
-//! joins with the server work.
+//! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`): `/healthz` on the healthz port,
+//! the read-only port with `/pods`, `/healthz`, `/metrics` and `/metrics/resource`, and the
+//! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/` and
+//! `/containerLogs`.
+
+pub mod auth;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -114,4 +118,471 @@ pub async fn bind(
             error!(%addr, error = %e, "server failed");
         }
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The secure server (10250).
+
+use std::collections::HashMap;
+
+use axum::extract::{Path as UrlPath, Query, Request};
+use axum::middleware::Next;
+use futures::StreamExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+use tower::ServiceExt;
+use tracing::{debug, warn};
+
+use crate::logs::{LogOptions, PodLogOptions};
+use crate::pleg::RuntimePods;
+use auth::{Authenticator, Authorizer, UserInfo};
+
+/// What the 10250 handlers read; every part is a cheap handle.
+#[derive(Clone)]
+pub struct SecureDeps {
+    pub health: Arc<Health>,
+    pub status: StatusHandle,
+    pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
+    pub cri: CriClient,
+    pub authn: Arc<Authenticator>,
+    pub authz: Arc<Authorizer>,
+    /// `enableDebuggingHandlers`.
+    pub debugging_handlers: bool,
+    /// Feature gate `KubeletFineGrainedAuthz`.
+    pub fine_grained_authz: bool,
+}
+
+/// The verified client cert's user, put on each request of the connection by the accept loop.
+#[derive(Clone)]
+struct PeerUser(Option<UserInfo>);
+
+/// Upstream `InstallAuthFilter`: authenticate (401 `Unauthorized`), then authorize against each
+/// candidate subresource in turn (403 with upstream's message, 500 on webhook errors).
+async fn auth_filter(State(d): State<SecureDeps>, req: Request, next: Next) -> Response {
+    let cert = req.extensions().get::<PeerUser>().and_then(|p| p.0.clone());
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let user = match d.authn.authenticate(cert.as_ref(), token).await {
+        Ok(Some(u)) => u,
+        Ok(None) => return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
+        Err(e) => {
+            warn!(error = %e, "unable to authenticate the request");
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        }
+    };
+    let verb = auth::verb(req.method().as_str());
+    let subs = auth::subresources(req.uri().path(), d.fine_grained_authz);
+    for sub in &subs {
+        match d.authz.authorize(&user, verb, sub).await {
+            Ok(true) => {
+                debug!(user = %user.name, verb, subresource = sub, path = %req.uri().path(), "authorized");
+                return next.run(req).await;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                let msg = format!(
+                    "Authorization error (user={}, verb={verb}, resource=nodes, subresource={sub})",
+                    user.name
+                );
+                warn!(error = %e, "{msg}");
+                return (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response();
+            }
+        }
+    }
+    let msg = auth::forbidden_message(&user.name, verb, &subs);
+    debug!(path = %req.uri().path(), "{msg}");
+    (StatusCode::FORBIDDEN, msg).into_response()
+}
+
+async fn secure_healthz(State(d): State<SecureDeps>) -> Response {
+    healthz(State(AppState {
+        health: d.health,
+        status: d.status,
+        cri: d.cri,
+    }))
+    .await
+}
+
+async fn secure_pods(State(d): State<SecureDeps>) -> Response {
+    pods(State(AppState {
+        health: d.health,
+        status: d.status,
+        cri: d.cri,
+    }))
+    .await
+}
+
+/// Upstream `getRunningPods`: the pods the runtime has, from PLEG's latest listing. Upstream also
+/// lists their containers; PLEG's listing only names the pods.
+async fn secure_resource_metrics(State(d): State<SecureDeps>) -> Response {
+    resource_metrics(State(AppState {
+        health: d.health,
+        status: d.status,
+        cri: d.cri,
+    }))
+    .await
+}
+
+async fn running_pods(State(d): State<SecureDeps>) -> Response {
+    let listing = d.runtime_pods.borrow().clone();
+    let items: Vec<Pod> = listing
+        .pods
+        .iter()
+        .map(|r| {
+            let mut p = Pod::default();
+            p.metadata.name = Some(r.name.clone());
+            p.metadata.namespace = Some(r.namespace.clone());
+            p.metadata.uid = Some(r.uid.clone());
+            p
+        })
+        .collect();
+    let list =
+        serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        list.to_string(),
+    )
+        .into_response()
+}
+
+/// Upstream's answer for debugging endpoints when `enableDebuggingHandlers` is false.
+async fn debugging_disabled() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Debug endpoints are disabled.",
+    )
+        .into_response()
+}
+
+fn bool_param(q: &HashMap<String, String>, key: &str) -> Result<bool, String> {
+    match q.get(key).map(String::as_str) {
+        None | Some("") | Some("false") | Some("False") | Some("0") => Ok(false),
+        Some("true") | Some("True") | Some("1") => Ok(true),
+        Some(v) => Err(format!("{key}: invalid boolean {v:?}")),
+    }
+}
+
+fn int_param(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, String> {
+    q.get(key)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse()
+                .map_err(|_| format!("{key}: invalid integer {v:?}"))
+        })
+        .transpose()
+}
+
+/// The `/containerLogs` query as upstream decodes `v1.PodLogOptions` (with the legacy `tail`
+/// parameter, `tail=all` meaning no limit), then `ValidatePodLogOptions`. `Err((status, msg))`.
+pub fn parse_log_query(q: &HashMap<String, String>) -> Result<PodLogOptions, (StatusCode, String)> {
+    let mut q = q.clone();
+    if let Some(tail) = q.remove("tail").filter(|t| !t.is_empty()) {
+        q.remove("tailLines");
+        if tail != "all" {
+            q.insert("tailLines".into(), tail);
+        }
+    }
+    let decode = |e: String| {
+        debug!(error = %e, "bad containerLogs query");
+        (
+            StatusCode::BAD_REQUEST,
+            r#"{"message": "Unable to decode query."}"#.to_string(),
+        )
+    };
+    let since_time = q
+        .get("sinceTime")
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<Timestamp>()
+                .map_err(|e| format!("sinceTime: {e}"))
+        })
+        .transpose()
+        .map_err(decode)?;
+    let o = PodLogOptions {
+        follow: bool_param(&q, "follow").map_err(decode)?,
+        previous: bool_param(&q, "previous").map_err(decode)?,
+        timestamps: bool_param(&q, "timestamps").map_err(decode)?,
+        since_seconds: int_param(&q, "sinceSeconds").map_err(decode)?,
+        since_time,
+        tail_lines: int_param(&q, "tailLines").map_err(decode)?,
+        limit_bytes: int_param(&q, "limitBytes").map_err(decode)?,
+    };
+    let invalid = o.tail_lines.is_some_and(|n| n < 0)
+        || o.limit_bytes.is_some_and(|n| n < 1)
+        || o.since_seconds.is_some_and(|n| n < 1)
+        || (o.since_seconds.is_some() && o.since_time.is_some());
+    if invalid {
+        return Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            r#"{"message": "Invalid request."}"#.to_string(),
+        ));
+    }
+    Ok(o)
+}
+
+/// Upstream `getContainerLogs` + `GetKubeletContainerLogs`: the pod from what the kubelet runs,
+/// the instance from the container's status (so `previous` works), the text from the runtime's
+/// log file, streamed (and followed) as it is read.
+async fn container_logs(
+    State(d): State<SecureDeps>,
+    UrlPath((namespace, pod_name, container)): UrlPath<(String, String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let opts = match parse_log_query(&q) {
+        Ok(o) => o,
+        Err((code, msg)) => return (code, msg).into_response(),
+    };
+    let pods = d.status.list().await;
+    let Some(pod) = pods.iter().find(|p| {
+        p.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && p.metadata.name.as_deref() == Some(pod_name.as_str())
+    }) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("pod {pod_name:?} does not exist\n"),
+        )
+            .into_response();
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let in_spec = spec.containers.iter().any(|c| c.name == container)
+        || spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == container)
+        || spec
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == container);
+    if !in_spec {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("container {container:?} not found in pod {pod_name:?}\n"),
+        )
+            .into_response();
+    }
+    let status = pod.status.clone().unwrap_or_default();
+    let cs = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
+        .find(|s| s.name == container);
+    let id = match cs {
+        Some(cs) => crate::logs::reader::log_container_id(&pod_name, cs, opts.previous),
+        None => Err(crate::logs::LogsError::NotFound(format!(
+            "container {container:?} in pod {pod_name:?} is waiting to start - no logs yet"
+        ))),
+    };
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let log_opts = LogOptions::from_pod_options(&opts, Timestamp::now());
+    // The reader writes into one end of a pipe, the response streams the other. The body holds a
+    // drop guard: a client that goes away drops the body and stops the reader at once, even a
+    // follow of a quiet container that would otherwise notice only at its next write (upstream
+    // stops on the request context the same way).
+    let (mut w, r) = tokio::io::duplex(64 * 1024);
+    let cri = d.cri.clone();
+    let gone = CancellationToken::new();
+    let guard = gone.clone().drop_guard();
+    tokio::spawn(async move {
+        tokio::select! {
+            r = crate::logs::container_logs(&cri, &id, &log_opts, &mut w) => if let Err(e) = r {
+                debug!(container = %id, error = %e, "containerLogs ended");
+            },
+            _ = gone.cancelled() => debug!(container = %id, "containerLogs client went away"),
+        }
+    });
+    let stream = tokio_util::io::ReaderStream::new(r).map(move |chunk| {
+        let _keep = &guard;
+        chunk
+    });
+    let body = axum::body::Body::from_stream(stream);
+    ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+fn secure_router(d: SecureDeps) -> Router {
+    let mut r = Router::new()
+        .route("/healthz", get(secure_healthz))
+        .route("/pods", get(secure_pods))
+        .route("/pods/", get(secure_pods))
+        .route("/metrics", get(metrics))
+        .route("/metrics/resource", get(secure_resource_metrics));
+    if d.debugging_handlers {
+        r = r.route("/runningpods/", get(running_pods)).route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs),
+        );
+    } else {
+        for p in [
+            "/runningpods/",
+            "/containerLogs/{*rest}",
+            "/exec/{*rest}",
+            "/attach/{*rest}",
+            "/portForward/{*rest}",
+            "/run/{*rest}",
+            "/debug/pprof/{*rest}",
+            "/logs/{*rest}",
+        ] {
+            r = r.route(p, axum::routing::any(debugging_disabled));
+        }
+    }
+    r.layer(axum::middleware::from_fn_with_state(d.clone(), auth_filter))
+        .with_state(d)
+}
+
+/// Upstream's `IdleTimeout` of the kubelet server (Go's keep-alive timeout).
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+/// Upstream's `MaxHeaderBytes`.
+const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// How long a client may take to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Binds the HTTPS server now (a port conflict fails start-up) and returns its accept loop.
+/// Each connection completes TLS, then its verified client cert (if any) rides along every
+/// request to the auth filter.
+pub async fn bind_secure(
+    addr: SocketAddr,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    deps: SecureDeps,
+    cancel: CancellationToken,
+) -> Result<impl std::future::Future<Output = ()>, ServeError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError {
+            what: "secure",
+            addr,
+            source,
+        })?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let app = secure_router(deps);
+    info!(%addr, what = "secure", "serving");
+    Ok(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = cancel.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(%addr, error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let (acceptor, app, cancel) = (acceptor.clone(), app.clone(), cancel.clone());
+            tokio::spawn(async move {
+                let stream =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                let user = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| auth::user_from_cert(c.as_ref()));
+                let peer_user = PeerUser(user);
+                let svc =
+                    hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                        req.extensions_mut().insert(peer_user.clone());
+                        app.clone().oneshot(req)
+                    });
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // A client must send its request head in time, so idle or slow connections
+                // cannot pile up (upstream: IdleTimeout 90 s, MaxHeaderBytes 1 MiB).
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(IDLE_TIMEOUT)
+                    .max_buf_size(MAX_HEADER_BYTES);
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                tokio::select! {
+                    r = conn => if let Err(e) = r {
+                        debug!(%peer, error = %e, "connection ended with an error");
+                    },
+                    _ = cancel.cancelled() => {}
+                }
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn log_query_decodes_like_upstream() {
+        let o = parse_log_query(&q(&[
+            ("follow", "true"),
+            ("tailLines", "5"),
+            ("timestamps", "1"),
+            ("limitBytes", "100"),
+            ("sinceTime", "2024-01-02T03:04:05Z"),
+        ]))
+        .unwrap();
+        assert!(o.follow && o.timestamps && !o.previous);
+        assert_eq!((o.tail_lines, o.limit_bytes), (Some(5), Some(100)));
+        assert_eq!(o.since_time.unwrap().to_string(), "2024-01-02T03:04:05Z");
+        // The legacy `tail` parameter wins over tailLines; `all` means everything.
+        let o = parse_log_query(&q(&[("tail", "3"), ("tailLines", "9")])).unwrap();
+        assert_eq!(o.tail_lines, Some(3));
+        let o = parse_log_query(&q(&[("tail", "all"), ("tailLines", "9")])).unwrap();
+        assert_eq!(o.tail_lines, None);
+    }
+
+    #[test]
+    fn log_query_errors_use_upstream_codes() {
+        for bad in [
+            &[("follow", "yes")][..],
+            &[("tailLines", "x")],
+            &[("sinceTime", "x")],
+        ] {
+            assert_eq!(
+                parse_log_query(&q(bad)).unwrap_err().0,
+                StatusCode::BAD_REQUEST,
+                "{bad:?}"
+            );
+        }
+        for bad in [
+            &[("tailLines", "-1")][..],
+            &[("limitBytes", "0")],
+            &[("sinceSeconds", "0")],
+            &[("sinceSeconds", "5"), ("sinceTime", "2024-01-02T03:04:05Z")],
+        ] {
+            assert_eq!(
+                parse_log_query(&q(bad)).unwrap_err().0,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{bad:?}"
+            );
+        }
+    }
 }

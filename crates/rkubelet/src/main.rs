@@ -47,7 +47,33 @@ struct Flags {
     /// file's readOnlyPort (default 0), as upstream.
     #[arg(long, value_name = "PORT")]
     read_only_port: Option<u16>,
-    /// Address the read-only server binds (address).
+    /// Port of the authenticated HTTPS server; 0 disables (port).
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// Serving certificate (PEM) of the HTTPS server; without it a self-signed one is generated
+    /// in <root-dir>/pki (tlsCertFile).
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// Key of --tls-cert-file (tlsPrivateKeyFile).
+    #[arg(long, value_name = "FILE")]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA bundle that client certificates are verified against; CN is the user, O the groups
+    /// (authentication.x509.clientCAFile).
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// Let requests without credentials in as system:anonymous. Default true without --config
+    /// (upstream's flag default), else the file's authentication.anonymous.enabled (default false).
+    #[arg(long, value_name = "BOOL")]
+    anonymous_auth: Option<bool>,
+    /// Authenticate bearer tokens with TokenReview. Default false without --config, else the file's
+    /// authentication.webhook.enabled (default true).
+    #[arg(long, value_name = "BOOL")]
+    authentication_token_webhook: Option<bool>,
+    /// AlwaysAllow or Webhook (SubjectAccessReview). Default AlwaysAllow without --config, else the
+    /// file's authorization.mode (default Webhook).
+    #[arg(long, value_name = "MODE")]
+    authorization_mode: Option<config::AuthorizationMode>,
+    /// Address the read-only and secure servers bind (address).
     #[arg(long, value_name = "IP")]
     address: Option<IpAddr>,
     /// Resync period of a pod when nothing happens to it (syncFrequency), e.g. 1m0s.
@@ -137,7 +163,11 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
         None => (KubeletConfig::default(), false),
     };
     if !ro_from_file {
+        // Upstream `applyLegacyDefaults`: the flags keep their historical, open defaults.
         cfg.read_only_port = 10255;
+        cfg.authentication.anonymous_enabled = true;
+        cfg.authentication.webhook_enabled = false;
+        cfg.authorization.mode = config::AuthorizationMode::AlwaysAllow;
     }
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = flags.$field.clone() { cfg.$field = v; } )* };
@@ -163,6 +193,27 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
         container_log_max_files,
         container_logs_dir
     );
+    if let Some(p) = flags.port {
+        cfg.port = p;
+    }
+    if let Some(f) = &flags.tls_cert_file {
+        cfg.tls_cert_file = Some(f.clone());
+    }
+    if let Some(f) = &flags.tls_private_key_file {
+        cfg.tls_private_key_file = Some(f.clone());
+    }
+    if let Some(f) = &flags.client_ca_file {
+        cfg.authentication.client_ca_file = Some(f.clone());
+    }
+    if let Some(b) = flags.anonymous_auth {
+        cfg.authentication.anonymous_enabled = b;
+    }
+    if let Some(b) = flags.authentication_token_webhook {
+        cfg.authentication.webhook_enabled = b;
+    }
+    if let Some(m) = flags.authorization_mode {
+        cfg.authorization.mode = m;
+    }
     if let Some(q) = flags.event_qps {
         cfg.event_record_qps = q;
     }

@@ -36,6 +36,10 @@ pub struct Env {
     pub root: PathBuf,
     pub ro_port: u16,
     pub healthz_port: u16,
+    /// The secure (10250-style) port; each test its own, as tests run in parallel.
+    pub port: u16,
+    /// Appended to the KubeletConfiguration `start_kubelet*` writes (YAML lines).
+    pub extra_config: String,
     pub node: String,
     kubelet: Option<Child>,
     runs: u32,
@@ -69,6 +73,8 @@ impl Env {
             index,
             ro_port: free_port(),
             healthz_port: free_port(),
+            port: free_port(),
+            extra_config: String::new(),
             node: format!("node-{index}"),
             kubelet: None,
             runs: 0,
@@ -111,13 +117,14 @@ impl Env {
     pub fn start_kubelet_with(&mut self, extra: &[&str]) {
         let cfg = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             staticPodPath: {}\npodLogsDir: {}\nreadOnlyPort: {}\nhealthzPort: {}\n\
+             staticPodPath: {}\npodLogsDir: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
              fileCheckFrequency: 20s\nsyncFrequency: 1m0s\n",
             self.manifests.display(),
             self.logs.display(),
             self.ro_port,
-            self.healthz_port
-        );
+            self.healthz_port,
+            self.port
+        ) + &self.extra_config;
         std::fs::write(self.config_path(), cfg).unwrap();
         self.runs += 1;
         let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();

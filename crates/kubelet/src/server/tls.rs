@@ -1,0 +1,210 @@
+//! The 10250 server's TLS: the serving cert from `tlsCertFile`/`tlsPrivateKeyFile`, or a
+//! self-signed one kept in `<root-dir>/pki` (upstream `InitializeTLS` +
+//! `GenerateSelfSignedCertKey`), and client cert verification against `clientCAFile`.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_rustls::rustls::{
+    self,
+    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
+    server::WebPkiClientVerifier,
+    RootCertStore, ServerConfig,
+};
+use tracing::info;
+
+/// What went wrong setting up TLS, naming the file concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {what} {}: {message}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("generating a self-signed serving certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("client CA {}: {message}", path.display())]
+    ClientCa { path: PathBuf, message: String },
+}
+
+fn read_err(what: &'static str, path: &Path) -> impl FnOnce(String) -> TlsError {
+    let path = path.to_path_buf();
+    move |message| TlsError::Read {
+        what,
+        path,
+        message,
+    }
+}
+
+fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| read_err("certificate", path)(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| read_err("certificate", path)(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(read_err("certificate", path)(
+            "no certificate in file".into(),
+        ));
+    }
+    Ok(certs)
+}
+
+/// Upstream's cert-dir default: `<root-dir>/pki`, with `kubelet.crt` and `kubelet.key`.
+pub fn self_signed_paths(root_dir: &Path) -> (PathBuf, PathBuf) {
+    let dir = root_dir.join("pki");
+    (dir.join("kubelet.crt"), dir.join("kubelet.key"))
+}
+
+/// Reuses `<root-dir>/pki/kubelet.{crt,key}` when readable, else writes a new self-signed pair
+/// valid for a year: CN `<host>@<unix time>`, SANs the host name and the node IP, as upstream.
+pub fn ensure_self_signed(
+    root_dir: &Path,
+    host: &str,
+    ip: Option<IpAddr>,
+) -> Result<(PathBuf, PathBuf), TlsError> {
+    let (crt, key) = self_signed_paths(root_dir);
+    if crt.is_file() && key.is_file() {
+        return Ok((crt, key));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut params = rcgen::CertificateParams::new(vec![host.to_string()])?;
+    if let Some(ip) = ip {
+        params.subject_alt_names.push(rcgen::SanType::IpAddress(ip));
+    }
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{host}@{now}"));
+    let today = k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
+    params.not_before =
+        rcgen::date_time_ymd(today.year().into(), today.month() as u8, today.day() as u8);
+    params.not_after = rcgen::date_time_ymd(
+        (today.year() + 1).into(),
+        today.month() as u8,
+        today.day().min(28) as u8,
+    );
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let pair = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&pair)?;
+    let dir = root_dir.join("pki");
+    let werr = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TlsError::Write { path, source }
+    };
+    std::fs::create_dir_all(&dir).map_err(werr(&dir))?;
+    write_private(&key, pair.serialize_pem().as_bytes()).map_err(werr(&key))?;
+    std::fs::write(&crt, cert.pem()).map_err(werr(&crt))?;
+    info!(cert = %crt.display(), "generated a self-signed serving certificate");
+    Ok((crt, key))
+}
+
+/// The key is written 0600 from the start, never briefly world-readable.
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(data)
+}
+
+/// The server config: TLS 1.2+, HTTP/2 and 1.1, and client certs verified against `client_ca`
+/// when given (optional: token and anonymous requests must still get through the handshake).
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = load_certs(cert)?;
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| read_err("private key", key)(e.to_string()))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in load_certs(ca)? {
+                roots.add(c).map_err(|e| TlsError::ClientCa {
+                    path: ca.to_path_buf(),
+                    message: e.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::ClientCa {
+                    path: ca.to_path_buf(),
+                    message: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(certs, key_der)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_signed_cert_is_generated_once_and_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let ip = Some(IpAddr::from([10, 0, 0, 7]));
+        let (crt, key) = ensure_self_signed(dir.path(), "node-a", ip).unwrap();
+        let first = std::fs::read(&crt).unwrap();
+        let (crt2, _) = ensure_self_signed(dir.path(), "node-a", ip).unwrap();
+        assert_eq!(
+            std::fs::read(crt2).unwrap(),
+            first,
+            "reused, not regenerated"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        server_config(&crt, &key, None).unwrap();
+        let der = CertificateDer::pem_file_iter(&crt)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+        let cn = c.subject().iter_common_name().next().unwrap();
+        assert!(cn.as_str().unwrap().starts_with("node-a@"));
+        let san = c.subject_alternative_name().unwrap().unwrap().value;
+        let names: Vec<String> = san.general_names.iter().map(|n| n.to_string()).collect();
+        assert!(names.iter().any(|n| n.contains("node-a")), "{names:?}");
+        assert!(names.iter().any(|n| n.contains("0a:00:00:07")), "{names:?}");
+    }
+
+    #[test]
+    fn missing_files_are_named() {
+        let e = server_config(Path::new("/nonexistent/c.crt"), Path::new("/x.key"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/c.crt"), "{e}");
+    }
+}

@@ -1,0 +1,343 @@
+//! The authenticated kubelet API (10250-style port) through a real kube-apiserver 1.20 (Node,RBAC)
+//! and a real private containerd: `kubectl logs` in its forms, and authentication/authorization
+//! of direct requests (anonymous 401, a token without rights 403, the apiserver's client cert
+//! allowed).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// Starts rkubelet as a node of `cp` with the cluster CA as `--client-ca-file` (as kubeadm does),
+/// so the apiserver's kubelet-client cert authenticates; authn/authz use the file defaults
+/// (webhook token auth, Webhook authorization, no anonymous).
+fn start_node(cp: &ControlPlane, env: &mut Env) {
+    let kc = format!("--kubeconfig={}", cp.node_kubeconfig(&env.node).display());
+    let ca = format!("--client-ca-file={}", cp.dir.join("pki/ca.crt").display());
+    env.start_kubelet_with(&[&kc, &ca, "--node-ip=127.0.0.1"]);
+}
+
+fn pod_manifest(name: &str, node: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+/// `kubectl` as admin; Ok(stdout) or Err(stderr).
+fn kubectl_try(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cp.admin_kubeconfig)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kubectl");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn restart_count(cp: &ControlPlane, pod: &str) -> Option<i64> {
+    let p = cp.get_json(&["pod", pod])?;
+    p["status"]["containerStatuses"][0]["restartCount"].as_i64()
+}
+
+fn wait_running(cp: &ControlPlane, pod: &str) {
+    wait_until(Duration::from_secs(90), &format!("{pod} running"), || {
+        let p: Value = cp.get_json(&["pod", pod])?;
+        p["status"]["containerStatuses"][0]["state"]["running"]
+            .is_object()
+            .then_some(())
+    });
+}
+
+/// `curl` against the node's secure port: (HTTP code, body).
+fn curl(env: &Env, path: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{}{path}", env.port))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[tokio::test]
+async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
+    let cp = ControlPlane::up("srv-logs");
+    let mut env = Env::new(171);
+    start_node(&cp, &mut env);
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest(
+            "counter",
+            &env.node,
+            "i=0; while true; do i=$((i+1)); echo line-$i; sleep 0.3; done",
+        )),
+    );
+    wait_running(&cp, "counter");
+    let all = wait_until(Duration::from_secs(20), "5 log lines", || {
+        let out = kubectl_try(&cp, &["logs", "counter"]).ok()?;
+        (out.lines().count() >= 5).then_some(out)
+    });
+    assert!(all.starts_with("line-1\nline-2\n"), "{all}");
+
+    let tail = cp.kubectl(&["logs", "counter", "--tail=2"]);
+    let lines: Vec<&str> = tail.lines().collect();
+    assert_eq!(lines.len(), 2, "{tail}");
+    let n: Vec<u64> = lines
+        .iter()
+        .map(|l| l.trim_start_matches("line-").parse().unwrap())
+        .collect();
+    assert_eq!(n[1], n[0] + 1, "{tail}");
+    assert!(n[0] >= 4, "the last lines, not the first: {tail}");
+
+    let ts = cp.kubectl(&["logs", "counter", "--tail=1", "--timestamps"]);
+    assert!(
+        ts.contains("Z line-") || ts.contains("+00:00 line-"),
+        "{ts}"
+    );
+
+    // -f: new lines arrive while following; the stream is cut by killing kubectl.
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cp.admin_kubeconfig)
+        .args(["logs", "-f", "counter", "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    while seen.len() < 4 && start.elapsed() < Duration::from_secs(20) {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(n) = line.trim().strip_prefix("line-") {
+            seen.push(n.parse::<u64>().unwrap());
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(seen.len(), 4, "followed lines: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[1] == w[0] + 1),
+        "consecutive new lines: {seen:?}"
+    );
+    // The apiserver drops its request when kubectl goes away, and the kubelet stops following.
+    wait_until(Duration::from_secs(20), "follow stopped", || {
+        env.kubelet_log()
+            .contains("containerLogs client went away")
+            .then_some(())
+    });
+
+    // Errors come back with upstream's wording.
+    let err = kubectl_try(&cp, &["logs", "counter", "--previous"]).unwrap_err();
+    assert!(
+        err.contains("previous terminated container \"main\" in pod \"counter\" not found"),
+        "{err}"
+    );
+    let err = kubectl_try(&cp, &["logs", "counter", "-c", "nope"]).unwrap_err();
+    assert!(err.contains("nope"), "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_logs_previous_after_a_restart() {
+    let cp = ControlPlane::up("srv-prev");
+    let mut env = Env::new(172);
+    start_node(&cp, &mut env);
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest(
+            "crasher",
+            &env.node,
+            "echo instance-$(cat /proc/sys/kernel/random/uuid); sleep 2; exit 3",
+        )),
+    );
+    wait_until(Duration::from_secs(90), "a restart", || {
+        (restart_count(&cp, "crasher")? >= 1).then_some(())
+    });
+    let prev = wait_until(Duration::from_secs(20), "previous logs", || {
+        kubectl_try(&cp, &["logs", "crasher", "--previous"]).ok()
+    });
+    let lines: Vec<&str> = prev.lines().collect();
+    assert_eq!(lines.len(), 1, "{prev}");
+    assert!(lines[0].starts_with("instance-"), "{prev}");
+    // The previous instance is the one in lastState, not the current one.
+    let p = cp.get_json(&["pod", "crasher"]).unwrap();
+    let cs = &p["status"]["containerStatuses"][0];
+    let last_id = cs["lastState"]["terminated"]["containerID"]
+        .as_str()
+        .unwrap();
+    assert_ne!(cs["containerID"].as_str(), Some(last_id));
+}
+
+#[tokio::test]
+async fn secure_port_authenticates_and_authorizes() {
+    let cp = ControlPlane::up("srv-auth");
+    let mut env = Env::new(173);
+    start_node(&cp, &mut env);
+
+    // No credentials: 401, on every path (healthz included), as upstream.
+    for path in ["/pods", "/healthz", "/containerLogs/default/x/y"] {
+        let (code, body) = curl(&env, path, &[]);
+        assert_eq!((code, body.as_str()), (401, "Unauthorized"), "{path}");
+    }
+    // A garbage token: 401 too.
+    let (code, _) = curl(&env, "/pods", &["-H", "Authorization: Bearer not-a-token"]);
+    assert_eq!(code, 401);
+
+    // A real service account token (TokenRequest), without any RBAC rights: 403 with upstream's
+    // message naming the subresources tried.
+    cp.kubectl(&["create", "serviceaccount", "nobody"]);
+    let token = cp.kubectl(&["create", "token", "nobody"]);
+    let auth = format!("Authorization: Bearer {}", token.trim());
+    let (code, body) = curl(&env, "/pods", &["-H", &auth]);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body,
+        "Forbidden (user=system:serviceaccount:default:nobody, verb=get, resource=nodes, subresource(s)=[pods proxy])"
+    );
+    let (code, body) = curl(&env, "/stats/summary", &["-H", &auth]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource(s)=[stats]"), "{body}");
+
+    // Granting nodes/proxy through RBAC lets the same token in, once the denial cached for the
+    // `get nodes/proxy` review (30 s, upstream's cacheUnauthorizedTTL) has expired.
+    cp.kubectl(&[
+        "create",
+        "clusterrole",
+        "node-proxy",
+        "--verb=get",
+        "--resource=nodes/proxy",
+    ]);
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "nobody-node-proxy",
+        "--clusterrole=node-proxy",
+        "--serviceaccount=default:nobody",
+    ]);
+    let (code, body) = wait_until(Duration::from_secs(45), "token allowed", || {
+        let r = curl(&env, "/runningpods/", &["-H", &auth]);
+        (r.0 == 200).then_some(r)
+    });
+    assert_eq!(code, 200);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kind"], "PodList");
+
+    // The apiserver's kubelet-client cert, directly and through nodes/proxy.
+    let cert = cp.dir.join("pki/apiserver-kubelet-client.crt");
+    let key = cp.dir.join("pki/apiserver-kubelet-client.key");
+    let (code, body) = curl(
+        &env,
+        "/healthz",
+        &[
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let raw = cp.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/pods", env.node),
+    ]);
+    let pods: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(pods["kind"], "PodList", "{raw}");
+    // What metrics-server and Prometheus scrape through the same path.
+    for (path, want) in [
+        ("metrics/resource", "node_cpu_usage_seconds_total"),
+        ("metrics", "kubelet_running_pods"),
+    ] {
+        let raw = cp.kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{}/proxy/{path}", env.node),
+        ]);
+        assert!(raw.contains(want), "{path}: {raw}");
+    }
+
+    // A client cert from another CA is not an identity: the handshake is refused.
+    let other = env.dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let o = |f: &str| other.join(f).to_str().unwrap().to_string();
+    let st = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/O=system:masters/CN=intruder"])
+        .args(["-keyout", &o("k.pem"), "-out", &o("c.pem")])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (code, _) = curl(
+        &env,
+        "/pods",
+        &["--cert", &o("c.pem"), "--key", &o("k.pem")],
+    );
+    assert_ne!(code, 200, "a cert from an unknown CA must not be accepted");
+}
+
+#[tokio::test]
+async fn debugging_handlers_off_answer_405() {
+    let cp = ControlPlane::up("srv-nodebug");
+    let mut env = Env::new(174);
+    env.extra_config = "enableDebuggingHandlers: false\n".into();
+    start_node(&cp, &mut env);
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest("quiet", &env.node, "echo hello; sleep 3600")),
+    );
+    wait_running(&cp, "quiet");
+    let err = kubectl_try(&cp, &["logs", "quiet"]).unwrap_err();
+    assert!(
+        err.contains("does not allow this method") || err.contains("Debug endpoints are disabled"),
+        "{err}"
+    );
+    let cert = cp.dir.join("pki/apiserver-kubelet-client.crt");
+    let key = cp.dir.join("pki/apiserver-kubelet-client.key");
+    let creds = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let (code, body) = curl(&env, "/containerLogs/default/quiet/main", &creds);
+    assert_eq!(
+        (code, body.as_str()),
+        (405, "Debug endpoints are disabled.")
+    );
+    let (code, _) = curl(&env, "/runningpods/", &creds);
+    assert_eq!(code, 405);
+    // Everything else stays on.
+    let (code, body) = curl(&env, "/pods", &creds);
+    assert_eq!(code, 200, "{body}");
+}
