@@ -177,6 +177,11 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     let (status_mgr, status) = StatusManager::new(api_queue);
     tasks.spawn(status_mgr.run(cancel.child_token()));
 
+    let stats_source = crate::stats::StatsSource {
+        cri: cri.clone(),
+        node_name: cfg.node_name.clone(),
+        root_dir: cfg.root_dir.clone(),
+    };
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
         let srv = server::bind(
@@ -185,7 +190,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             false,
             health.clone(),
             status.clone(),
-            cri.clone(),
+            stats_source.clone(),
             cancel.child_token(),
         )
         .await?;
@@ -199,7 +204,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             true,
             health.clone(),
             status.clone(),
-            cri.clone(),
+            stats_source.clone(),
             cancel.child_token(),
         )
         .await?;
@@ -307,6 +312,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
                 status: status.clone(),
                 runtime_pods: runtime_pods.clone(),
                 cri: cri.clone(),
+                stats: stats_source.clone(),
                 authn: Arc::new(server::auth::Authenticator::new(
                     &cfg.authentication,
                     client.clone(),

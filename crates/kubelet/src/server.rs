@@ -20,13 +20,14 @@ use tracing::{error, info};
 use rkubelet_cri::CriClient;
 
 use crate::health::Health;
+use crate::stats::StatsSource;
 use crate::status::StatusHandle;
 
 #[derive(Clone)]
 struct AppState {
     health: Arc<Health>,
     status: StatusHandle,
-    cri: CriClient,
+    stats: StatsSource,
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
@@ -68,9 +69,24 @@ async fn metrics() -> Response {
 async fn resource_metrics(State(s): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-        crate::stats::resource_metrics(&s.cri).await,
+        crate::stats::resource_metrics(&s.stats.cri).await,
     )
         .into_response()
+}
+
+/// Upstream's Summary API: node, pod and container usage in the `stats/v1alpha1` shape.
+async fn stats_summary(State(s): State<AppState>) -> Response {
+    let body = crate::stats::summary(&s.stats.cri, &s.stats.node_name, &s.stats.root_dir).await;
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn secure_stats_summary(State(d): State<SecureDeps>) -> Response {
+    stats_summary(State(AppState {
+        health: d.health,
+        status: d.status,
+        stats: d.stats,
+    }))
+    .await
 }
 
 /// Errors binding a listener, naming the address.
@@ -90,7 +106,7 @@ pub async fn bind(
     read_only: bool,
     health: Arc<Health>,
     status: StatusHandle,
-    cri: CriClient,
+    stats: StatsSource,
     cancel: CancellationToken,
 ) -> Result<impl std::future::Future<Output = ()>, ServeError> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -102,12 +118,13 @@ pub async fn bind(
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
-            .route("/metrics/resource", get(resource_metrics));
+            .route("/metrics/resource", get(resource_metrics))
+            .route("/stats/summary", get(stats_summary));
     }
     let app = router.with_state(AppState {
         health,
         status,
-        cri,
+        stats,
     });
     info!(%addr, what, "serving");
     Ok(async move {
@@ -146,6 +163,7 @@ pub struct SecureDeps {
     pub status: StatusHandle,
     pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
     pub cri: CriClient,
+    pub stats: StatsSource,
     pub authn: Arc<Authenticator>,
     pub authz: Arc<Authorizer>,
     /// `enableDebuggingHandlers`.
@@ -204,7 +222,7 @@ async fn secure_healthz(State(d): State<SecureDeps>) -> Response {
     healthz(State(AppState {
         health: d.health,
         status: d.status,
-        cri: d.cri,
+        stats: d.stats,
     }))
     .await
 }
@@ -213,7 +231,7 @@ async fn secure_pods(State(d): State<SecureDeps>) -> Response {
     pods(State(AppState {
         health: d.health,
         status: d.status,
-        cri: d.cri,
+        stats: d.stats,
     }))
     .await
 }
@@ -224,7 +242,7 @@ async fn secure_resource_metrics(State(d): State<SecureDeps>) -> Response {
     resource_metrics(State(AppState {
         health: d.health,
         status: d.status,
-        cri: d.cri,
+        stats: d.stats,
     }))
     .await
 }
@@ -417,7 +435,8 @@ fn secure_router(d: SecureDeps) -> Router {
         .route("/pods", get(secure_pods))
         .route("/pods/", get(secure_pods))
         .route("/metrics", get(metrics))
-        .route("/metrics/resource", get(secure_resource_metrics));
+        .route("/metrics/resource", get(secure_resource_metrics))
+        .route("/stats/summary", get(secure_stats_summary));
     if d.debugging_handlers {
         r = r.route("/runningpods/", get(running_pods)).route(
             "/containerLogs/{namespace}/{pod}/{container}",

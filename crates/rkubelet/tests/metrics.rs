@@ -134,4 +134,43 @@ async fn resource_metrics_report_node_pod_and_container_usage() {
         "a busy loop should use CPU: {first} -> {second}"
     );
     assert!(read("pod_cpu_usage_seconds_total", pod) >= second);
+
+    // The Summary API from the same sources, in upstream's JSON shape.
+    let summary = || -> serde_json::Value {
+        let (code, body) = http_get("127.0.0.1", env.ro_port, "/stats/summary").unwrap();
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let s = summary();
+    let n = &s["node"];
+    assert_eq!(n["nodeName"], env.node.as_str());
+    assert!(
+        n["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0,
+        "{n}"
+    );
+    assert!(n["memory"]["workingSetBytes"].as_u64().unwrap() > 0, "{n}");
+    assert!(n["fs"]["capacityBytes"].as_u64().unwrap() > 0, "{n}");
+    assert!(n["rlimit"]["maxpid"].as_u64().unwrap() > 0, "{n}");
+    let busy = |s: &serde_json::Value| -> serde_json::Value {
+        s["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["podRef"]["name"] == format!("busy-{}", env.node))
+            .cloned()
+            .unwrap_or_else(|| panic!("no busy pod in {s}"))
+    };
+    let p1 = busy(&s);
+    assert_eq!(p1["containers"][0]["name"], "main");
+    assert!(
+        p1["containers"][0]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(p1["startTime"].is_string(), "{p1}");
+    let cpu = |p: &serde_json::Value| p["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let p2 = busy(&summary());
+    assert!(cpu(&p2) > cpu(&p1), "{p1} -> {p2}");
 }

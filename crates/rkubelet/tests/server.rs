@@ -275,6 +275,7 @@ async fn secure_port_authenticates_and_authorizes() {
     for (path, want) in [
         ("metrics/resource", "node_cpu_usage_seconds_total"),
         ("metrics", "kubelet_running_pods"),
+        ("stats/summary", "\"usageCoreNanoSeconds\""),
     ] {
         let raw = cp.kubectl(&[
             "get",

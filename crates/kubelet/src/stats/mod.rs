@@ -6,6 +6,7 @@
 //! and label sets, with the sample times as Prometheus timestamps, as upstream does.
 
 mod node;
+pub mod summary;
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,14 @@ use rkubelet_cri::{api, CriClient};
 use crate::runtime::labels;
 
 pub use node::{node_usage, NodeUsage};
+
+/// What the stats endpoints read from: the runtime, and the node's name and root directory.
+#[derive(Clone)]
+pub struct StatsSource {
+    pub cri: CriClient,
+    pub node_name: String,
+    pub root_dir: std::path::PathBuf,
+}
 
 /// One container's usage, as the runtime reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +35,12 @@ pub struct ContainerUsage {
     /// Unix nanoseconds of the sample.
     pub timestamp_ns: i64,
     pub cpu_core_nanoseconds: Option<u64>,
+    /// The runtime's CPU rate over its last sample window, if it computes one.
+    pub cpu_nano_cores: Option<u64>,
     pub memory_working_set_bytes: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    /// Bytes used by the container's writable layer.
+    pub writable_layer_bytes: Option<u64>,
     /// Unix nanoseconds the container was created (upstream uses it as its start time).
     pub started_ns: i64,
 }
@@ -92,8 +106,17 @@ pub async fn container_usage(cri: &CriClient) -> Result<Vec<ContainerUsage>, Sta
                 cpu_core_nanoseconds: cpu
                     .and_then(|c| c.usage_core_nano_seconds.as_ref())
                     .map(|v| v.value),
+                cpu_nano_cores: cpu
+                    .and_then(|c| c.usage_nano_cores.as_ref())
+                    .map(|v| v.value),
                 memory_working_set_bytes: mem
                     .and_then(|m| m.working_set_bytes.as_ref())
+                    .map(|v| v.value),
+                memory_usage_bytes: mem.and_then(|m| m.usage_bytes.as_ref()).map(|v| v.value),
+                writable_layer_bytes: s
+                    .writable_layer
+                    .as_ref()
+                    .and_then(|w| w.used_bytes.as_ref())
                     .map(|v| v.value),
                 started_ns,
             })
@@ -254,6 +277,27 @@ pub fn resource_families(
     out
 }
 
+/// `/stats/summary` now: node from its cgroups and `root_dir`'s filesystem, pods and containers
+/// from the runtime. A source that fails is left out of the answer and logged.
+pub async fn summary(cri: &CriClient, node_name: &str, root_dir: &std::path::Path) -> Vec<u8> {
+    let node = node_usage()
+        .map_err(|e| tracing::warn!(error = %e, "cannot read node usage"))
+        .ok();
+    let containers = container_usage(cri)
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
+        .unwrap_or_default();
+    let now = node.as_ref().map_or(0, |n| n.timestamp_ns);
+    let s = summary::build(
+        node_name,
+        node.as_ref(),
+        summary::fs_stats(root_dir, now),
+        summary::rlimit_stats(now),
+        &containers,
+    );
+    serde_json::to_vec(&s).unwrap_or_default()
+}
+
 /// `/metrics/resource`: node and container usage now, in the Prometheus text format.
 pub async fn resource_metrics(cri: &CriClient) -> Vec<u8> {
     let node = match node_usage() {
@@ -290,7 +334,10 @@ mod tests {
             pod_uid: format!("uid-{pod}"),
             timestamp_ns: 1_700_000_000_123_000_000,
             cpu_core_nanoseconds: Some(cpu),
+            cpu_nano_cores: None,
             memory_working_set_bytes: Some(mem),
+            memory_usage_bytes: None,
+            writable_layer_bytes: None,
             started_ns: 1_699_999_999_000_000_000,
         };
         let node = NodeUsage {
