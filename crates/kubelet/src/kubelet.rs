@@ -313,6 +313,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
                 runtime_pods: runtime_pods.clone(),
                 cri: cri.clone(),
                 stats: stats_source.clone(),
+                configz: Arc::new(crate::configz::configz(&cfg)),
                 authn: Arc::new(server::auth::Authenticator::new(
                     &cfg.authentication,
                     client.clone(),

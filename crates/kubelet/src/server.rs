@@ -80,6 +80,15 @@ async fn stats_summary(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// Upstream `configz.InstallHandler`: the effective configuration.
+async fn configz(State(d): State<SecureDeps>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        d.configz.to_string(),
+    )
+        .into_response()
+}
+
 async fn secure_stats_summary(State(d): State<SecureDeps>) -> Response {
     stats_summary(State(AppState {
         health: d.health,
@@ -164,6 +173,8 @@ pub struct SecureDeps {
     pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
     pub cri: CriClient,
     pub stats: StatsSource,
+    /// `/configz`'s body, computed once from the effective configuration.
+    pub configz: Arc<serde_json::Value>,
     pub authn: Arc<Authenticator>,
     pub authz: Arc<Authorizer>,
     /// `enableDebuggingHandlers`.
@@ -436,7 +447,8 @@ fn secure_router(d: SecureDeps) -> Router {
         .route("/pods/", get(secure_pods))
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(secure_resource_metrics))
-        .route("/stats/summary", get(secure_stats_summary));
+        .route("/stats/summary", get(secure_stats_summary))
+        .route("/configz", get(configz));
     if d.debugging_handlers {
         r = r.route("/runningpods/", get(running_pods)).route(
             "/containerLogs/{namespace}/{pod}/{container}",

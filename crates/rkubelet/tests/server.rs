@@ -276,6 +276,7 @@ async fn secure_port_authenticates_and_authorizes() {
         ("metrics/resource", "node_cpu_usage_seconds_total"),
         ("metrics", "kubelet_running_pods"),
         ("stats/summary", "\"usageCoreNanoSeconds\""),
+        ("configz", "\"kubeletconfig\""),
     ] {
         let raw = cp.kubectl(&[
             "get",
