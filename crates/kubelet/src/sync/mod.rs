@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::events::{self, EventType, Recorder};
 use crate::images::ImageManager;
+use crate::objects::ObjectSource;
 use crate::podutil::{self, ContainerKind};
 use crate::prober::{self, ContainerInfo, ProbeHandle, ProbeKind, ProbeResults, RunState};
 use crate::runtime::container;
@@ -104,6 +105,9 @@ pub struct SyncContext {
     /// Node allocatable: what `resourceFieldRef` reports for a limit the container does not set.
     pub allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// ConfigMaps and Secrets for env and volumes, read with the kubelet's client (none in
+    /// standalone mode, where pods referencing them fail to start with a message saying so).
+    pub objects: ObjectSource,
 }
 
 /// What a worker keeps between syncs of its pod.
