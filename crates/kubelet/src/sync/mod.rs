@@ -329,7 +329,13 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         .get("memory")
         .and_then(|q| crate::resources::parse_milli(&q.0))
         .and_then(|m| u64::try_from(m / 1000).ok());
-    match set_up_volumes(dir.clone(), pod.clone(), node_memory).await {
+    // The configMaps and secrets the volumes show, fetched on every sync so that a changed
+    // object reaches the files (upstream: watch-based cache, re-read on each sync's remount).
+    let objects = ctx
+        .objects
+        .fetch(pod, crate::objects::volume_refs(pod))
+        .await;
+    match set_up_volumes(dir.clone(), pod.clone(), node_memory, objects).await {
         Ok(v) => state.volumes = v,
         Err(errors) => {
             for e in errors {
@@ -376,9 +382,10 @@ async fn set_up_volumes(
     dir: PathBuf,
     pod: Arc<Pod>,
     node_memory: Option<u64>,
+    objects: crate::objects::Objects,
 ) -> Result<PodVolumes, Vec<volumes::SetUpError>> {
     let uid = podutil::uid(&pod).to_string();
-    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory))
+    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory, &objects))
         .await
         .unwrap_or_else(|e| {
             Err(vec![volumes::SetUpError {
