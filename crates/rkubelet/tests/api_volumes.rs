@@ -111,6 +111,7 @@ spec:
     - prefix: CM_
       configMapRef: {{name: envcm}}
     - secretRef: {{name: absent, optional: true}}
+    - configMapRef: {{name: badnames}}
 "#
     )
 }
@@ -133,6 +134,13 @@ async fn config_maps_and_secrets_as_files_and_env() {
         "envcm",
         "--from-literal=A=1",
         "--from-literal=B=two words",
+    ]);
+    cp.kubectl(&[
+        "create",
+        "configmap",
+        "badnames",
+        "--from-literal=1st=no",
+        "--from-literal=GOOD=yes",
     ]);
     cp.kubectl(&[
         "create",
@@ -214,7 +222,13 @@ async fn config_maps_and_secrets_as_files_and_env() {
 
     // Env: key refs, envFrom with prefix; optional misses leave the variable out.
     let vars = out(&env, &id, &["env"]).await;
-    for want in ["GREETING=hello", "PASS=s3cret", "CM_A=1", "CM_B=two words"] {
+    for want in [
+        "GREETING=hello",
+        "PASS=s3cret",
+        "CM_A=1",
+        "CM_B=two words",
+        "GOOD=yes",
+    ] {
         assert!(vars.lines().any(|l| l == want), "{want} missing in\n{vars}");
     }
     assert!(
@@ -258,6 +272,24 @@ async fn config_maps_and_secrets_as_files_and_env() {
     // The old timestamped directory is gone: one ..20* directory and ..data remain.
     let dots = out(&env, &id, &["sh", "-c", "ls -a /etc/cfg | grep '^[.][.].'"]).await;
     assert_eq!(dots, format!("{new_data}\n..data"));
+
+    // Deleting the configMap keeps the last content (upstream keeps a failed remount mounted):
+    // FailedMount is recorded and the container keeps running.
+    let restarts = |p: &Value| p["status"]["containerStatuses"][0]["restartCount"].clone();
+    cp.kubectl(&["delete", "configmap", "cfg"]);
+    wait_until(Duration::from_secs(30), "FailedMount after delete", || {
+        pod_events(&cp, "reader")
+            .iter()
+            .any(|(r, m)| r == "FailedMount" && m.contains("configmap \"cfg\" not found"))
+            .then_some(())
+    });
+    assert_eq!(
+        out(&env, &id, &["cat", "/etc/cfg/greeting"]).await,
+        "updated"
+    );
+    let now = cp.get_json(&["pod", "reader"]).unwrap();
+    assert_eq!(now["status"]["phase"], "Running");
+    assert_eq!(restarts(&now), restarts(&pod));
 
     cp.kubectl(&["delete", "pod", "reader", "--wait=false"]);
     let pod_dir = env.root.join("pods").join(uid);

@@ -338,6 +338,12 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
     match set_up_volumes(dir.clone(), pod.clone(), node_memory, objects).await {
         Ok(v) => state.volumes = v,
         Err(errors) => {
+            // A volume that was set up before and only failed to refresh (its configMap deleted,
+            // the API server unreachable) keeps its last content and does not hold the pod
+            // back: upstream's reconciler leaves a failed remount marked mounted.
+            let only_refreshes = errors
+                .iter()
+                .all(|e| state.volumes.get(&e.volume).is_some());
             for e in errors {
                 warn!(pod = %who, volume = %e.volume, error = %e.source, "volume set up failed");
                 ctx.recorder.pod_event(
@@ -348,10 +354,12 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
                     e.to_string(),
                 );
             }
-            return SyncOutcome {
-                terminal: false,
-                retry_after: Some(ERROR_RETRY),
-            };
+            if !only_refreshes {
+                return SyncOutcome {
+                    terminal: false,
+                    retry_after: Some(ERROR_RETRY),
+                };
+            }
         }
     }
     let retry = execute(ctx, state, pod, &rt).await;
