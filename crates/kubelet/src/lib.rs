@@ -16,6 +16,7 @@ pub mod logs;
 pub mod metrics;
 pub mod mirror;
 pub mod node;
+pub mod objects;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podutil;

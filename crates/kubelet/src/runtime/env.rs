@@ -3,7 +3,8 @@
 //! `resource.ExtractContainerResourceValue`), and `$(VAR)` expansion of command and args
 //! (`kubecontainer.ExpandContainerCommandAndArgs`).
 //!
-//! Pure: everything the node knows (pod IPs, host IPs, allocatable) comes in [`EnvContext`].
+//! Pure: everything the node knows (pod IPs, host IPs, allocatable, the referenced ConfigMaps and
+//! Secrets) comes in [`EnvContext`].
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::container::ConfigError;
 use crate::expansion::{self, Lookup};
+use crate::objects::{ObjectKind, Objects};
 use crate::resources::parse_milli;
 
 /// What the node contributes to a container's environment.
@@ -23,32 +25,87 @@ pub struct EnvContext<'a> {
     pub host_ips: &'a [String],
     /// Node allocatable, the limit `resourceFieldRef` reports for a container without one.
     pub allocatable: &'a BTreeMap<String, Quantity>,
+    /// The ConfigMaps and Secrets the container's env references, fetched by the sync.
+    pub objects: &'a Objects,
 }
 
 /// One environment variable, in the order the container declares it.
 pub type EnvVar = (String, String);
 
-/// The container's environment: `env` in declaration order, each value expanded against the
-/// variables declared before it (upstream `makeEnvironmentVariables`). Service links need the API
-/// server's services and are not added; `envFrom`, `configMapKeyRef` and `secretKeyRef` need the
-/// volume manager's ConfigMap and Secret access and fail with the variable's name until then.
+/// The container's environment (upstream `makeEnvironmentVariables`): `envFrom` sources first,
+/// then `env` in declaration order, each literal value expanded against the variables declared
+/// before it (envFrom's included); a later definition of a name replaces an earlier one. Service
+/// links need the API server's services and are not added.
 pub fn make_environment_variables(
     pod: &Pod,
     c: &Container,
     cx: &EnvContext<'_>,
 ) -> Result<Vec<EnvVar>, ConfigError> {
-    if let Some(from) = c.env_from.as_ref().filter(|f| !f.is_empty()) {
-        let what = if from[0].config_map_ref.is_some() {
-            "configMapRef"
-        } else {
-            "secretRef"
-        };
-        return Err(ConfigError(format!(
-            "envFrom {what} is not supported on this node yet (ConfigMaps and Secrets come with volumes)"
-        )));
-    }
+    make_env(pod, c, cx).map(|e| e.vars)
+}
+
+/// A container's environment and the warnings upstream records as events while making it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Env {
+    pub vars: Vec<EnvVar>,
+    /// `InvalidEnvironmentVariableNames` event messages: envFrom keys that were skipped.
+    pub invalid_names: Vec<String>,
+}
+
+/// Upstream's event reason for envFrom keys that are not valid variable names.
+pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
+
+/// [`make_environment_variables`] with the skipped envFrom keys reported.
+pub fn make_env(pod: &Pod, c: &Container, cx: &EnvContext<'_>) -> Result<Env, ConfigError> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
+    let mut invalid_names = Vec::new();
+    fn set(order: &mut Vec<String>, values: &mut HashMap<String, String>, k: String, v: String) {
+        if values.insert(k.clone(), v).is_none() {
+            order.push(k);
+        }
+    }
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        let (kind, name, optional) = if let Some(r) = &from.config_map_ref {
+            (ObjectKind::ConfigMap, &r.name, r.optional == Some(true))
+        } else if let Some(r) = &from.secret_ref {
+            (ObjectKind::Secret, &r.name, r.optional == Some(true))
+        } else {
+            continue;
+        };
+        let obj = match cx.objects.get(kind, name) {
+            Ok(o) => o,
+            Err(e) if e.is_not_found() && optional => continue,
+            Err(e) => return Err(ConfigError(e.to_string())),
+        };
+        let mut invalid = Vec::new();
+        for (k, v) in &obj.data {
+            let k = format!("{prefix}{k}");
+            if !is_env_var_name(&k) {
+                invalid.push(k);
+                continue;
+            }
+            set(
+                &mut order,
+                &mut values,
+                k,
+                String::from_utf8_lossy(v).into_owned(),
+            );
+        }
+        if !invalid.is_empty() {
+            invalid.sort();
+            let what = match kind {
+                ObjectKind::ConfigMap => "configMap",
+                ObjectKind::Secret => "secret",
+            };
+            invalid_names.push(format!(
+                "Keys [{}] from the EnvFrom {what} {ns}/{name} were skipped since they are considered invalid environment variable names.",
+                invalid.join(", ")
+            ));
+        }
+    }
     for e in c.env.iter().flatten() {
         let literal = e.value.as_deref().unwrap_or("");
         let value = if !literal.is_empty() {
@@ -61,32 +118,70 @@ pub fn make_environment_variables(
                 let (defaulted_pod, defaulted_c) = default_limits(pod, c, cx.allocatable);
                 container_resource_value(r, &defaulted_pod, &defaulted_c).map_err(ConfigError)?
             } else {
-                let what = if from.config_map_key_ref.is_some() {
-                    "configMapKeyRef"
-                } else if from.secret_key_ref.is_some() {
-                    "secretKeyRef"
+                let (kind, name, key, optional) = if let Some(r) = &from.config_map_key_ref {
+                    (
+                        ObjectKind::ConfigMap,
+                        &r.name,
+                        &r.key,
+                        r.optional == Some(true),
+                    )
+                } else if let Some(r) = &from.secret_key_ref {
+                    (
+                        ObjectKind::Secret,
+                        &r.name,
+                        &r.key,
+                        r.optional == Some(true),
+                    )
                 } else {
-                    "this valueFrom source"
+                    return Err(ConfigError(format!(
+                        "env {:?}: valueFrom sets no source this node knows",
+                        e.name
+                    )));
                 };
-                return Err(ConfigError(format!(
-                    "env {:?}: {what} is not supported on this node yet (ConfigMaps and Secrets come with volumes)",
-                    e.name
-                )));
+                let obj = match cx.objects.get(kind, name) {
+                    Ok(o) => o,
+                    // Upstream skips the variable altogether.
+                    Err(err) if err.is_not_found() && optional => continue,
+                    Err(err) => return Err(ConfigError(err.to_string())),
+                };
+                match obj.data.get(key) {
+                    Some(v) => String::from_utf8_lossy(v).into_owned(),
+                    None if optional => continue,
+                    None => {
+                        let what = match kind {
+                            ObjectKind::ConfigMap => "ConfigMap",
+                            ObjectKind::Secret => "Secret",
+                        };
+                        return Err(ConfigError(format!(
+                            "couldn't find key {key} in {what} {ns}/{name}"
+                        )));
+                    }
+                }
             }
         } else {
             String::new()
         };
-        if values.insert(e.name.clone(), value).is_none() {
-            order.push(e.name.clone());
-        }
+        set(&mut order, &mut values, e.name.clone(), value);
     }
-    Ok(order
+    let vars = order
         .into_iter()
         .map(|k| {
             let v = values.remove(&k).unwrap_or_default();
             (k, v)
         })
-        .collect())
+        .collect();
+    Ok(Env {
+        vars,
+        invalid_names,
+    })
+}
+
+/// Upstream `validation.IsEnvVarName`: `[-._a-zA-Z][-._a-zA-Z0-9]*`. (The relaxed validation of
+/// newer releases, any printable ASCII but `=`, is not applied: the strict rule is what every
+/// release accepts.)
+pub fn is_env_var_name(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+    !s.is_empty() && !s.starts_with(|c: char| c.is_ascii_digit()) && s.chars().all(ok)
 }
 
 /// Command and args with `$(VAR)` expanded against the final environment (upstream

@@ -1,6 +1,8 @@
 use super::*;
+use crate::objects::{ObjectData, ObjectError};
 use k8s_openapi::api::core::v1::{
-    ConfigMapKeySelector, EnvVar as KEnvVar, EnvVarSource, PodSpec, ResourceRequirements,
+    ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar as KEnvVar, EnvVarSource,
+    PodSpec, ResourceRequirements, SecretEnvSource, SecretKeySelector,
 };
 
 fn q(s: &str) -> Quantity {
@@ -48,8 +50,11 @@ fn ctx<'a>(
         pod_ips: ips,
         host_ips: host,
         allocatable: alloc,
+        objects: &NO_OBJECTS,
     }
 }
+
+static NO_OBJECTS: Objects = Objects(BTreeMap::new());
 
 #[test]
 fn field_refs() {
@@ -265,25 +270,211 @@ fn environment_expands_earlier_vars_and_defaults_limits_to_allocatable() {
     assert_eq!(expand_command_and_args(&c, &got), (vec![], vec![]));
 }
 
+fn objects() -> Objects {
+    let data = |kv: &[(&str, &str)]| ObjectData {
+        data: kv
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect(),
+        binary_data: BTreeMap::new(),
+    };
+    let mut o = Objects::default();
+    o.0.insert(
+        (ObjectKind::ConfigMap, "cm".into()),
+        Ok(data(&[
+            ("A", "a"),
+            ("b.c", "bc"),
+            ("1bad", "x"),
+            ("has space", "y"),
+        ])),
+    );
+    o.0.insert(
+        (ObjectKind::Secret, "s".into()),
+        Ok(data(&[("PASS", "hunter2")])),
+    );
+    for (kind, name) in [
+        (ObjectKind::ConfigMap, "gone"),
+        (ObjectKind::Secret, "gone"),
+    ] {
+        o.0.insert(
+            (kind, name.into()),
+            Err(ObjectError::NotFound {
+                kind,
+                name: name.into(),
+            }),
+        );
+    }
+    o
+}
+
+fn cm_key(name: &str, key: &str, optional: Option<bool>) -> EnvVarSource {
+    EnvVarSource {
+        config_map_key_ref: Some(ConfigMapKeySelector {
+            name: name.into(),
+            key: key.into(),
+            optional,
+        }),
+        ..Default::default()
+    }
+}
+
+fn secret_key(name: &str, key: &str, optional: Option<bool>) -> EnvVarSource {
+    EnvVarSource {
+        secret_key_ref: Some(SecretKeySelector {
+            name: name.into(),
+            key: key.into(),
+            optional,
+        }),
+        ..Default::default()
+    }
+}
+
+fn resolve(c: &Container, objs: &Objects) -> Result<Env, ConfigError> {
+    let alloc = BTreeMap::new();
+    let mut cx = ctx(&alloc, &[], &[]);
+    cx.objects = objs;
+    make_env(&pod(), c, &cx)
+}
+
 #[test]
-fn api_backed_sources_name_the_variable() {
-    let p = pod();
+fn key_refs_resolve_and_honour_optional() {
+    let objs = objects();
     let mut c = with_resources(&[], &[]);
-    c.env = Some(vec![env_from(
-        "FROM_CM",
-        EnvVarSource {
-            config_map_key_ref: Some(ConfigMapKeySelector {
+    c.env = Some(vec![
+        env_from("FROM_CM", cm_key("cm", "A", None)),
+        env_from("FROM_SECRET", secret_key("s", "PASS", None)),
+        env_from("OPT_KEY", cm_key("cm", "nope", Some(true))),
+        env_from("OPT_OBJ", secret_key("gone", "x", Some(true))),
+        env("BOTH", "$(FROM_CM)-$(FROM_SECRET)"),
+    ]);
+    let got = resolve(&c, &objs).unwrap().vars;
+    assert_eq!(
+        got,
+        vec![
+            ("FROM_CM".to_string(), "a".to_string()),
+            ("FROM_SECRET".into(), "hunter2".into()),
+            ("BOTH".into(), "a-hunter2".into()),
+        ]
+    );
+}
+
+#[test]
+fn missing_required_objects_and_keys_give_upstream_messages() {
+    let objs = objects();
+    let one = |src: EnvVarSource| {
+        let mut c = with_resources(&[], &[]);
+        c.env = Some(vec![env_from("X", src)]);
+        resolve(&c, &objs).unwrap_err().0
+    };
+    let ns = "prod".to_string();
+    assert_eq!(
+        one(cm_key("cm", "FOO", None)),
+        "couldn't find key FOO in ConfigMap prod/cm"
+    );
+    assert_eq!(
+        one(secret_key("s", "FOO", Some(false))),
+        format!("couldn't find key FOO in Secret {ns}/s")
+    );
+    assert_eq!(
+        one(cm_key("gone", "A", None)),
+        "configmap \"gone\" not found"
+    );
+    assert_eq!(
+        one(secret_key("gone", "A", None)),
+        "secret \"gone\" not found"
+    );
+    // Not fetched at all (standalone has no client): the message says so even when optional.
+    let standalone = Objects(
+        [(
+            (ObjectKind::ConfigMap, "cm".to_string()),
+            Err(ObjectError::NoClient {
+                kind: ObjectKind::ConfigMap,
+                namespace: ns.clone(),
                 name: "cm".into(),
-                key: "k".into(),
+            }),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    let mut c = with_resources(&[], &[]);
+    c.env = Some(vec![env_from("X", cm_key("cm", "A", Some(true)))]);
+    assert_eq!(
+        resolve(&c, &standalone).unwrap_err().0,
+        format!("couldn't get configMap {ns}/cm, no kubeClient defined")
+    );
+}
+
+#[test]
+fn env_from_prefixes_skips_invalid_names_and_env_wins() {
+    let objs = objects();
+    let mut c = with_resources(&[], &[]);
+    c.env_from = Some(vec![
+        EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: "cm".into(),
+                optional: None,
+            }),
+            prefix: Some("P_".into()),
+            ..Default::default()
+        },
+        EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: "s".into(),
                 optional: None,
             }),
             ..Default::default()
         },
-    )]);
-    let alloc = BTreeMap::new();
-    let err = make_environment_variables(&p, &c, &ctx(&alloc, &[], &[])).unwrap_err();
-    assert!(
-        err.0.contains("\"FROM_CM\"") && err.0.contains("configMapKeyRef"),
-        "{err}"
+        EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: "gone".into(),
+                optional: Some(true),
+            }),
+            ..Default::default()
+        },
+    ]);
+    c.env = Some(vec![env("PASS", "override $(P_A)")]);
+    let got = resolve(&c, &objs).unwrap();
+    assert_eq!(
+        got.vars,
+        vec![
+            // Key order within one source (a map upstream, sorted here).
+            ("P_1bad".to_string(), "x".to_string()),
+            ("P_A".into(), "a".into()),
+            ("P_b.c".into(), "bc".into()),
+            ("PASS".into(), "override a".into()),
+        ]
     );
+    let ns = "prod";
+    assert_eq!(
+        got.invalid_names,
+        vec![format!(
+            "Keys [P_has space] from the EnvFrom configMap {ns}/cm were skipped since they are considered invalid environment variable names."
+        )]
+    );
+    // Without a prefix "1bad" is invalid too; a required missing object fails.
+    c.env_from.as_mut().unwrap()[0].prefix = None;
+    let got = resolve(&c, &objs).unwrap();
+    assert!(
+        got.invalid_names[0].contains("Keys [1bad, has space]"),
+        "{got:?}"
+    );
+    c.env_from.as_mut().unwrap()[2]
+        .config_map_ref
+        .as_mut()
+        .unwrap()
+        .optional = None;
+    assert_eq!(
+        resolve(&c, &objs).unwrap_err().0,
+        "configmap \"gone\" not found"
+    );
+}
+
+#[test]
+fn env_var_names_as_upstream() {
+    for ok in ["A", "_a", "a.b-c", "-x", ".x", "A1"] {
+        assert!(is_env_var_name(ok), "{ok}");
+    }
+    for bad in ["", "1A", "a b", "a=b", "ä"] {
+        assert!(!is_env_var_name(bad), "{bad}");
+    }
 }

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::events::{self, EventType, Recorder};
 use crate::images::ImageManager;
+use crate::objects::ObjectSource;
 use crate::podutil::{self, ContainerKind};
 use crate::prober::{self, ContainerInfo, ProbeHandle, ProbeKind, ProbeResults, RunState};
 use crate::runtime::container;
@@ -104,6 +105,9 @@ pub struct SyncContext {
     /// Node allocatable: what `resourceFieldRef` reports for a limit the container does not set.
     pub allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// ConfigMaps and Secrets for env and volumes, read with the kubelet's client (none in
+    /// standalone mode, where pods referencing them fail to start with a message saying so).
+    pub objects: ObjectSource,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -325,9 +329,21 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         .get("memory")
         .and_then(|q| crate::resources::parse_milli(&q.0))
         .and_then(|m| u64::try_from(m / 1000).ok());
-    match set_up_volumes(dir.clone(), pod.clone(), node_memory).await {
+    // The configMaps and secrets the volumes show, fetched on every sync so that a changed
+    // object reaches the files (upstream: watch-based cache, re-read on each sync's remount).
+    let objects = ctx
+        .objects
+        .fetch(pod, crate::objects::volume_refs(pod))
+        .await;
+    match set_up_volumes(dir.clone(), pod.clone(), node_memory, objects).await {
         Ok(v) => state.volumes = v,
         Err(errors) => {
+            // A volume that was set up before and only failed to refresh (its configMap deleted,
+            // the API server unreachable) keeps its last content and does not hold the pod
+            // back: upstream's reconciler leaves a failed remount marked mounted.
+            let only_refreshes = errors
+                .iter()
+                .all(|e| state.volumes.get(&e.volume).is_some());
             for e in errors {
                 warn!(pod = %who, volume = %e.volume, error = %e.source, "volume set up failed");
                 ctx.recorder.pod_event(
@@ -338,10 +354,12 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
                     e.to_string(),
                 );
             }
-            return SyncOutcome {
-                terminal: false,
-                retry_after: Some(ERROR_RETRY),
-            };
+            if !only_refreshes {
+                return SyncOutcome {
+                    terminal: false,
+                    retry_after: Some(ERROR_RETRY),
+                };
+            }
         }
     }
     let retry = execute(ctx, state, pod, &rt).await;
@@ -372,9 +390,10 @@ async fn set_up_volumes(
     dir: PathBuf,
     pod: Arc<Pod>,
     node_memory: Option<u64>,
+    objects: crate::objects::Objects,
 ) -> Result<PodVolumes, Vec<volumes::SetUpError>> {
     let uid = podutil::uid(&pod).to_string();
-    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory))
+    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory, &objects))
         .await
         .unwrap_or_else(|e| {
             Err(vec![volumes::SetUpError {

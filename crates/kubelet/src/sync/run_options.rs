@@ -5,7 +5,9 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{pod_dir, Reason, StartError, SyncContext};
+use crate::events::EventType;
 use crate::hosts;
+use crate::objects;
 use crate::podutil;
 use crate::runtime::container::RunContainerOptions;
 use crate::runtime::env::{self, EnvContext};
@@ -45,12 +47,25 @@ pub async fn generate(
         .then(|| ctx.node_ip.clone())
         .into_iter()
         .collect();
+    // One GET per referenced object and container start (see `objects` on the deviation).
+    let objects = ctx.objects.fetch(pod, objects::env_refs(c)).await;
     let cx = EnvContext {
         pod_ips,
         host_ips: &host_ips,
         allocatable: &ctx.allocatable,
+        objects: &objects,
     };
-    let envs = env::make_environment_variables(pod, c, &cx).map_err(|e| config_error(e.0))?;
+    let env = env::make_env(pod, c, &cx).map_err(|e| config_error(e.0))?;
+    for message in env.invalid_names {
+        ctx.recorder.pod_event(
+            pod,
+            None,
+            EventType::Warning,
+            env::INVALID_ENVIRONMENT_VARIABLE_NAMES,
+            message,
+        );
+    }
+    let envs = env.vars;
     // Volume mounts first, in volumeMounts order, as upstream's makeMounts returns them.
     let mut mounts = {
         let (c, volumes, envs, dir) = (c.clone(), volumes.clone(), envs.clone(), pod_dir(ctx, pod));

@@ -1,5 +1,6 @@
 //! The volume manager for the node-local plugins (upstream `pkg/kubelet/volumemanager`, reduced to
-//! what a node does alone: no attach/detach, no CSI, no API objects yet).
+//! what a node does alone: no attach/detach, no CSI; configMap and secret volumes read their
+//! objects through [`crate::objects`]).
 //!
 //! Upstream keeps a desired state of the world (the pods' volumes) and an actual state (what is
 //! mounted), reconciled by one loop, and rebuilds the actual state from disk after a restart. Here
@@ -9,11 +10,15 @@
 //! time. Set up is idempotent and runs on every sync before containers start; tear down unmounts
 //! whatever the mount table shows under the pod directory, which also covers a crash.
 
+pub mod atomic_writer;
+pub mod config_map;
 pub mod empty_dir;
 pub mod host_path;
 pub mod mounts;
 pub mod subpath;
 
+#[cfg(test)]
+mod config_map_tests;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +26,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+
+use crate::objects::{ObjectError, ObjectKind, Objects};
 
 /// Upstream's directory name of the emptyDir plugin under `<pod>/volumes/`.
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
@@ -65,6 +72,18 @@ pub enum VolumeError {
     },
     #[error("{path} is still mounted after unmounting it")]
     StillMounted { path: PathBuf },
+    /// The ConfigMap or Secret behind a volume could not be had (upstream passes the manager's
+    /// error through: `configmap "x" not found`).
+    #[error(transparent)]
+    Object(#[from] ObjectError),
+    /// Upstream `MakePayload`'s messages.
+    #[error("{}", match kind {
+        ObjectKind::ConfigMap => format!("configmap references non-existent config key: {key}"),
+        ObjectKind::Secret => format!("references non-existent secret key: {key}"),
+    })]
+    MissingKey { kind: ObjectKind, key: String },
+    #[error("{why}: {path:?}")]
+    InvalidPayloadPath { path: String, why: String },
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
@@ -93,6 +112,16 @@ impl PodVolumes {
     pub fn get(&self, name: &str) -> Option<&Path> {
         self.0.get(name).map(PathBuf::as_path)
     }
+
+    /// Whether containers get the volume read-only whatever their volumeMount says (upstream's
+    /// mounter attribute `ReadOnly`, true for configMap and secret). The plugin directory a
+    /// volume lives in tells its plugin.
+    pub fn is_read_only(&self, name: &str) -> bool {
+        self.get(name)
+            .and_then(Path::parent)
+            .and_then(Path::file_name)
+            .is_some_and(|p| p == config_map::CONFIG_MAP_PLUGIN || p == config_map::SECRET_PLUGIN)
+    }
 }
 
 /// `<pod-dir>/volumes/<plugin>/<name>`, where a plugin that needs a directory sets up its volume.
@@ -103,18 +132,20 @@ pub fn volume_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
 /// Sets up every volume of `pod` (upstream `WaitForAttachAndMount` with the reconciler's
 /// `MountVolume`). Each failing volume is reported on its own, as upstream's events are; the
 /// containers must not start until this returns Ok. `node_memory` is node allocatable memory,
-/// the cap of a Memory emptyDir in a pod without a memory limit. Blocking: call it off the async
-/// threads.
+/// the cap of a Memory emptyDir in a pod without a memory limit. `objects` holds the ConfigMaps
+/// and Secrets the pod's volumes reference ([`crate::objects::volume_refs`]), fetched by the
+/// caller. Blocking: call it off the async threads.
 pub fn set_up_pod(
     pod_dir: &Path,
     pod: &Pod,
     node_memory: Option<u64>,
+    objects: &Objects,
 ) -> Result<PodVolumes, Vec<SetUpError>> {
     let memory_cap = empty_dir::pod_memory_limit(pod).or(node_memory);
     let mut done = BTreeMap::new();
     let mut errors = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        match set_up_volume(pod_dir, v, memory_cap) {
+        match set_up_volume(pod_dir, v, memory_cap, objects) {
             Ok(path) => {
                 done.insert(v.name.clone(), path);
             }
@@ -135,7 +166,32 @@ fn set_up_volume(
     pod_dir: &Path,
     v: &Volume,
     memory_cap: Option<u64>,
+    objects: &Objects,
 ) -> Result<PathBuf, VolumeError> {
+    if let Some(cm) = &v.config_map {
+        let dir = volume_dir(pod_dir, config_map::CONFIG_MAP_PLUGIN, &v.name);
+        let src = config_map::Source {
+            kind: ObjectKind::ConfigMap,
+            name: &cm.name,
+            items: cm.items.as_deref().unwrap_or_default(),
+            default_mode: cm.default_mode,
+            optional: cm.optional == Some(true),
+        };
+        config_map::set_up(&dir, &src, objects, memory_cap)?;
+        return Ok(dir);
+    }
+    if let Some(s) = &v.secret {
+        let dir = volume_dir(pod_dir, config_map::SECRET_PLUGIN, &v.name);
+        let src = config_map::Source {
+            kind: ObjectKind::Secret,
+            name: s.secret_name.as_deref().unwrap_or_default(),
+            items: s.items.as_deref().unwrap_or_default(),
+            default_mode: s.default_mode,
+            optional: s.optional == Some(true),
+        };
+        config_map::set_up(&dir, &src, objects, memory_cap)?;
+        return Ok(dir);
+    }
     if let Some(ed) = &v.empty_dir {
         let dir = volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name);
         empty_dir::set_up(&dir, ed, memory_cap)?;
@@ -148,13 +204,10 @@ fn set_up_volume(
     let why = if kind == "projected" && v.name.starts_with("kube-api-access-") {
         "the service account token, ca.crt and namespace it projects need the API server \
          (TokenRequest, ConfigMap), which this node's volume manager does not use"
-    } else if matches!(
-        kind,
-        "configMap" | "secret" | "downwardAPI" | "projected" | "persistentVolumeClaim"
-    ) {
+    } else if matches!(kind, "downwardAPI" | "projected" | "persistentVolumeClaim") {
         "it needs objects from the API server, which this node's volume manager does not read"
     } else {
-        "only emptyDir and hostPath are"
+        "only emptyDir, hostPath, configMap and secret are"
     };
     Err(VolumeError::Unsupported { kind, why })
 }

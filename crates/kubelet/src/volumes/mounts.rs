@@ -73,7 +73,7 @@ pub fn make_mounts(
         out.push(api::Mount {
             container_path: m.mount_path.clone(),
             host_path: host_path.to_string_lossy().into_owned(),
-            readonly: m.read_only.unwrap_or(false),
+            readonly: m.read_only.unwrap_or(false) || volumes.is_read_only(&m.name),
             propagation: propagation(m)? as i32,
             ..Default::default()
         });

@@ -301,17 +301,17 @@ fn unsupported_volumes_fail_by_name_and_type() {
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "p", "uid": "u"},
         "spec": {"containers": [], "volumes": [
-            {"name": "cfg", "configMap": {"name": "c"}},
+            {"name": "cfg", "downwardAPI": {"items": []}},
             {"name": "kube-api-access-abcde", "projected": {"sources": []}},
             {"name": "ok", "emptyDir": {}},
         ]}
     }))
     .unwrap();
-    let errs = set_up_pod(tmp.path(), &pod, None).unwrap_err();
+    let errs = set_up_pod(tmp.path(), &pod, None, &Default::default()).unwrap_err();
     let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(msgs[0].starts_with(
-        "MountVolume.SetUp failed for volume \"cfg\" : volume type configMap is not supported"
+        "MountVolume.SetUp failed for volume \"cfg\" : volume type downwardAPI is not supported"
     ));
     assert!(msgs[1].starts_with(
         "MountVolume.SetUp failed for volume \"kube-api-access-abcde\" : volume type projected"

@@ -1,0 +1,240 @@
+//! ConfigMaps and Secrets a pod references, read from the API server with the kubelet's own client
+//! (upstream `pkg/kubelet/configmap` and `pkg/kubelet/secret` managers). The Node authorizer lets
+//! a node read exactly the objects referenced by pods bound to it.
+//!
+//! Deviation: upstream's default change detection strategy (`Watch`) keeps a watch per referenced
+//! object and serves reads from that cache. Here every pod sync GETs what the pod references; the
+//! pod worker resyncs periodically, so a changed object still reaches env of new containers and
+//! volume files, one GET per object per sync (what upstream's `Get` strategy does).
+//!
+//! Fetching is async and separate from using the objects: env resolution and volume payloads are
+//! pure functions of an [`Objects`] snapshot, which the sync code fills first.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::{Api, Client};
+
+/// Which kind of object a pod references.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    ConfigMap,
+    Secret,
+}
+
+impl ObjectKind {
+    /// How upstream's `makeEnvironmentVariables` names the kind (`couldn't get configMap ...`).
+    fn camel(self) -> &'static str {
+        match self {
+            ObjectKind::ConfigMap => "configMap",
+            ObjectKind::Secret => "secret",
+        }
+    }
+    /// The group resource upstream's watch-based managers put in their NotFound errors
+    /// (`corev1.Resource("configmap")`), hence singular and lower case.
+    fn resource(self) -> &'static str {
+        match self {
+            ObjectKind::ConfigMap => "configmap",
+            ObjectKind::Secret => "secret",
+        }
+    }
+}
+
+/// Why an object is not available. Only [`ObjectError::NotFound`] is forgiven by `optional`, as
+/// upstream checks `errors.IsNotFound(err) && optional`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ObjectError {
+    /// Standalone mode: no API server to read from (upstream's message, word for word).
+    #[error("couldn't get {} {namespace}/{name}, no kubeClient defined", kind.camel())]
+    NoClient {
+        kind: ObjectKind,
+        namespace: String,
+        name: String,
+    },
+    #[error("{} {name:?} not found", kind.resource())]
+    NotFound { kind: ObjectKind, name: String },
+    #[error("couldn't get {} {namespace}/{name}: {message}", kind.camel())]
+    Api {
+        kind: ObjectKind,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    /// A caller asked for an object the sync did not fetch: a bug, reported rather than a panic.
+    #[error("{} {name:?} was not fetched for this pod", kind.resource())]
+    NotFetched { kind: ObjectKind, name: String },
+}
+
+impl ObjectError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ObjectError::NotFound { .. })
+    }
+}
+
+/// The keys of a ConfigMap or Secret. Values are bytes: a Secret's always are, and a ConfigMap's
+/// `binaryData` too.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObjectData {
+    /// ConfigMap `data` or Secret `data` (the API server folds `stringData` into it).
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// ConfigMap `binaryData`; always empty for a Secret. Env ignores it, as upstream does.
+    pub binary_data: BTreeMap<String, Vec<u8>>,
+}
+
+impl From<ConfigMap> for ObjectData {
+    fn from(cm: ConfigMap) -> Self {
+        ObjectData {
+            data: cm
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect(),
+            binary_data: cm
+                .binary_data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+        }
+    }
+}
+
+impl From<Secret> for ObjectData {
+    fn from(s: Secret) -> Self {
+        ObjectData {
+            data: s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+            binary_data: BTreeMap::new(),
+        }
+    }
+}
+
+/// What one sync fetched: each referenced object once, or why it could not be had.
+#[derive(Debug, Clone, Default)]
+pub struct Objects(pub BTreeMap<(ObjectKind, String), Result<ObjectData, ObjectError>>);
+
+impl Objects {
+    pub fn get(&self, kind: ObjectKind, name: &str) -> Result<&ObjectData, ObjectError> {
+        match self.0.get(&(kind, name.to_string())) {
+            Some(Ok(d)) => Ok(d),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(ObjectError::NotFetched {
+                kind,
+                name: name.to_string(),
+            }),
+        }
+    }
+}
+
+/// The kubelet's access to ConfigMaps and Secrets; `None` in standalone mode. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ObjectSource {
+    client: Option<Client>,
+}
+
+impl ObjectSource {
+    pub fn new(client: Option<Client>) -> Self {
+        ObjectSource { client }
+    }
+
+    /// One GET of `kind` `namespace/name`.
+    pub async fn get(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ObjectData, ObjectError> {
+        let Some(client) = &self.client else {
+            return Err(ObjectError::NoClient {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        };
+        let res = match kind {
+            ObjectKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), namespace)
+                .get(name)
+                .await
+                .map(ObjectData::from),
+            ObjectKind::Secret => Api::<Secret>::namespaced(client.clone(), namespace)
+                .get(name)
+                .await
+                .map(ObjectData::from),
+        };
+        res.map_err(|e| match e {
+            kube::Error::Api(s) if s.is_not_found() => ObjectError::NotFound {
+                kind,
+                name: name.to_string(),
+            },
+            e => ObjectError::Api {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message: e.to_string(),
+            },
+        })
+    }
+
+    /// Fetches every object in `refs` once (in the pod's namespace).
+    pub async fn fetch(
+        &self,
+        pod: &Pod,
+        refs: impl IntoIterator<Item = (ObjectKind, String)>,
+    ) -> Objects {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut out = Objects::default();
+        for key in refs {
+            if out.0.contains_key(&key) {
+                continue;
+            }
+            let got = self.get(key.0, ns, &key.1).await;
+            out.0.insert(key, got);
+        }
+        out
+    }
+}
+
+/// The objects a container's env and envFrom reference, in declaration order.
+pub fn env_refs(c: &k8s_openapi::api::core::v1::Container) -> Vec<(ObjectKind, String)> {
+    let mut refs = Vec::new();
+    for f in c.env_from.iter().flatten() {
+        if let Some(r) = &f.config_map_ref {
+            refs.push((ObjectKind::ConfigMap, r.name.clone()));
+        }
+        if let Some(r) = &f.secret_ref {
+            refs.push((ObjectKind::Secret, r.name.clone()));
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let Some(from) = &e.value_from else { continue };
+        if let Some(r) = &from.config_map_key_ref {
+            refs.push((ObjectKind::ConfigMap, r.name.clone()));
+        }
+        if let Some(r) = &from.secret_key_ref {
+            refs.push((ObjectKind::Secret, r.name.clone()));
+        }
+    }
+    refs
+}
+
+/// The objects a pod's configMap and secret volumes reference.
+pub fn volume_refs(pod: &Pod) -> Vec<(ObjectKind, String)> {
+    let mut refs = Vec::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(cm) = &v.config_map {
+            refs.push((ObjectKind::ConfigMap, cm.name.clone()));
+        }
+        if let Some(s) = &v.secret {
+            refs.push((
+                ObjectKind::Secret,
+                s.secret_name.clone().unwrap_or_default(),
+            ));
+        }
+    }
+    refs
+}
