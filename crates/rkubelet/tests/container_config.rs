@@ -9,34 +9,6 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 
-/// Runs `cmd` in container `container` of `pod` through CRI ExecSync; returns exit code and
-/// stdout followed by stderr.
-async fn exec_in(env: &Env, pod: &Pod, container: &str, cmd: &[&str]) -> (i32, String) {
-    let id = container_status(pod, container)
-        .container_id
-        .clone()
-        .unwrap()
-        .trim_start_matches("containerd://")
-        .to_string();
-    let out = env
-        .cri()
-        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 5,
-        })
-        .await
-        .unwrap();
-    (
-        out.exit_code,
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 fn cpus() -> usize {
     std::fs::read_to_string("/proc/cpuinfo")
         .unwrap()

@@ -27,28 +27,6 @@ fn with_lifecycle(name: &str, script: &str, grace: u32, lifecycle: &str) -> Stri
     ) + lifecycle
 }
 
-async fn exec_in(env: &Env, pod: &Pod, cmd: &[&str]) -> (i32, String) {
-    let id = container_status(pod, "main")
-        .container_id
-        .clone()
-        .unwrap()
-        .trim_start_matches("containerd://")
-        .to_string();
-    let out = env
-        .cri()
-        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 5,
-        })
-        .await
-        .unwrap();
-    (
-        out.exit_code,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 #[tokio::test]
 async fn hooks_run_and_are_observed_by_a_server() {
     let mut env = Env::new(134);
@@ -97,7 +75,13 @@ async fn hooks_run_and_are_observed_by_a_server() {
         Some(p.clone())
     });
     // The status says running only once the hook finished.
-    let (code, _) = exec_in(&env, &client, &["test", "-f", "/tmp/post-start-done"]).await;
+    let (code, _) = exec_in(
+        &env,
+        &client,
+        "main",
+        &["test", "-f", "/tmp/post-start-done"],
+    )
+    .await;
     assert_eq!(code, 0, "running before the postStart hook finished");
     env.wait_running("webhooks");
     assert!(

@@ -10,28 +10,6 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 
-async fn exec_in(env: &Env, pod: &Pod, container: &str, cmd: &[&str]) -> (i32, String) {
-    let id = container_status(pod, container)
-        .container_id
-        .clone()
-        .unwrap()
-        .trim_start_matches("containerd://")
-        .to_string();
-    let out = env
-        .cri()
-        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 5,
-        })
-        .await
-        .unwrap();
-    (
-        out.exit_code,
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 /// Lines of the host's mount table whose mount point is inside `dir`.
 fn host_mounts_under(dir: &Path) -> Vec<String> {
     let dir = dir.to_string_lossy().into_owned();

@@ -398,6 +398,30 @@ pub fn container_status<'a>(
         .unwrap_or_else(|| panic!("no status for container {name}"))
 }
 
+/// Runs `cmd` in container `container` of `pod` through CRI ExecSync; returns the exit code and
+/// stdout followed by stderr.
+pub async fn exec_in(env: &Env, pod: &Pod, container: &str, cmd: &[&str]) -> (i32, String) {
+    let id = container_status(pod, container)
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let out = env
+        .cri()
+        .exec_sync(api::ExecSyncRequest {
+            container_id: id,
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 5,
+        })
+        .await
+        .unwrap();
+    (
+        out.exit_code,
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap()
 }
