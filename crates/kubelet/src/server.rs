@@ -89,13 +89,15 @@ async fn configz(State(d): State<SecureDeps>) -> Response {
         .into_response()
 }
 
-async fn secure_stats_summary(State(d): State<SecureDeps>) -> Response {
-    stats_summary(State(AppState {
-        health: d.health,
-        status: d.status,
-        stats: d.stats,
-    }))
-    .await
+/// The 10250 handlers reuse the plain ones: their state is a part of the secure server's.
+impl axum::extract::FromRef<SecureDeps> for AppState {
+    fn from_ref(d: &SecureDeps) -> Self {
+        AppState {
+            health: d.health.clone(),
+            status: d.status.clone(),
+            stats: d.stats.clone(),
+        }
+    }
 }
 
 /// Errors binding a listener, naming the address.
@@ -229,35 +231,8 @@ async fn auth_filter(State(d): State<SecureDeps>, req: Request, next: Next) -> R
     (StatusCode::FORBIDDEN, msg).into_response()
 }
 
-async fn secure_healthz(State(d): State<SecureDeps>) -> Response {
-    healthz(State(AppState {
-        health: d.health,
-        status: d.status,
-        stats: d.stats,
-    }))
-    .await
-}
-
-async fn secure_pods(State(d): State<SecureDeps>) -> Response {
-    pods(State(AppState {
-        health: d.health,
-        status: d.status,
-        stats: d.stats,
-    }))
-    .await
-}
-
 /// Upstream `getRunningPods`: the pods the runtime has, from PLEG's latest listing. Upstream also
 /// lists their containers; PLEG's listing only names the pods.
-async fn secure_resource_metrics(State(d): State<SecureDeps>) -> Response {
-    resource_metrics(State(AppState {
-        health: d.health,
-        status: d.status,
-        stats: d.stats,
-    }))
-    .await
-}
-
 async fn running_pods(State(d): State<SecureDeps>) -> Response {
     let listing = d.runtime_pods.borrow().clone();
     let items: Vec<Pod> = listing
@@ -442,12 +417,12 @@ async fn container_logs(
 
 fn secure_router(d: SecureDeps) -> Router {
     let mut r = Router::new()
-        .route("/healthz", get(secure_healthz))
-        .route("/pods", get(secure_pods))
-        .route("/pods/", get(secure_pods))
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
-        .route("/metrics/resource", get(secure_resource_metrics))
-        .route("/stats/summary", get(secure_stats_summary))
+        .route("/metrics/resource", get(resource_metrics))
+        .route("/stats/summary", get(stats_summary))
         .route("/configz", get(configz));
     if d.debugging_handlers {
         r = r.route("/runningpods/", get(running_pods)).route(
