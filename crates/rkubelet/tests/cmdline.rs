@@ -124,7 +124,10 @@ fn version_names_the_emulated_kubelet_and_rkubelet() {
     assert_eq!(code, 0);
     assert_eq!(
         out.trim(),
-        format!("Kubernetes v1.33.0 (rkubelet {})", env!("CARGO_PKG_VERSION"))
+        format!(
+            "Kubernetes v1.33.0 (rkubelet {})",
+            env!("CARGO_PKG_VERSION")
+        )
     );
 }
 
@@ -153,4 +156,55 @@ fn bad_command_lines_fail_with_upstreams_messages() {
         assert_eq!(code, 1, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// `deploy/10-kubeadm.conf` + the kubeadm 1.20 `kubeadm-flags.env` example: every flag the unit
+/// expands to is one rkubelet accepts (`--help` stops right after parsing).
+#[test]
+fn kubeadm_drop_in_command_line_parses() {
+    let root = repo_root();
+    let dropin = std::fs::read_to_string(root.join("deploy/10-kubeadm.conf")).unwrap();
+    let env_file = std::fs::read_to_string(root.join("deploy/kubeadm-flags.env.example")).unwrap();
+    let mut vars = std::collections::BTreeMap::new();
+    for line in dropin.lines().chain(env_file.lines()) {
+        let assignment = line
+            .strip_prefix("Environment=")
+            .unwrap_or(line)
+            .trim_matches('"');
+        if let Some((k, v)) = assignment.split_once('=') {
+            if k.starts_with("KUBELET_") {
+                vars.insert(k.to_string(), v.trim_matches('"').to_string());
+            }
+        }
+    }
+    let exec = dropin
+        .lines()
+        .filter_map(|l| l.strip_prefix("ExecStart="))
+        .next_back()
+        .unwrap();
+    let mut args: Vec<String> = Vec::new();
+    for word in exec.split_whitespace().skip(1) {
+        let name = word.trim_start_matches('$');
+        match vars.get(name) {
+            Some(v) => args.extend(v.split_whitespace().map(String::from)),
+            // KUBELET_EXTRA_ARGS comes from /etc/default/kubelet, empty here.
+            None => assert_eq!(name, "KUBELET_EXTRA_ARGS", "{word}"),
+        }
+    }
+    for want in [
+        "--bootstrap-kubeconfig=",
+        "--kubeconfig=",
+        "--config=",
+        "--network-plugin=cni",
+    ] {
+        assert!(
+            args.iter().any(|a| a.starts_with(want)),
+            "{want} in {args:?}"
+        );
+    }
+    args.push("--help".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    assert!(out.contains("--bootstrap-kubeconfig"), "{out}");
 }
