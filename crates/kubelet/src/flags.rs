@@ -777,6 +777,50 @@ fn convert(spec: &Spec, value: &str) -> Result<Option<Value>, FlagError> {
     })
 }
 
+/// Upstream `kubeletapis.KubeletLabels()`: the `kubernetes.io` labels a kubelet may set itself.
+const KUBELET_LABELS: &[&str] = &[
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "kubernetes.io/arch",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+/// Upstream `kubeletapis.KubeletLabelNamespaces()`.
+const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// Upstream `ValidateKubeletFlags`: `--node-labels` may not claim `kubernetes.io`/`k8s.io`
+/// labels outside the kubelet's own set (NodeRestriction would refuse them anyway).
+pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
+    let in_ns = |ns: &str, base: &str| ns == base || ns.ends_with(&format!(".{base}"));
+    let unknown: Vec<&str> = labels
+        .keys()
+        .map(String::as_str)
+        .filter(|k| {
+            let ns = k.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+            (in_ns(ns, "kubernetes.io") || in_ns(ns, "k8s.io"))
+                && !KUBELET_LABELS.contains(k)
+                && !KUBELET_LABEL_NAMESPACES.iter().any(|b| in_ns(ns, b))
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n\
+         --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix ({}) \
+         or be in the specifically allowed set ({})",
+        unknown.join(" "),
+        KUBELET_LABEL_NAMESPACES.join(", "),
+        KUBELET_LABELS.join(", ")
+    ))
+}
+
 /// `docs/flags.md`: every flag and config field with its status, from the tables the parser and
 /// the config loader use.
 pub fn markdown() -> String {

@@ -89,6 +89,8 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
                 .map_err(|e| anyhow::anyhow!("--node-labels: {e}"))?;
             cfg.node_labels.extend(labels);
         }
+        flags::validate_node_labels(&cfg.node_labels)
+            .map_err(|e| anyhow::anyhow!("failed to validate kubelet flags: {e}"))?;
     }
     if let Some(rt) = parsed.last("container-runtime") {
         anyhow::ensure!(

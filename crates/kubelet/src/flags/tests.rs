@@ -325,3 +325,18 @@ fn docs_in_sync() {
         "docs/flags.md is stale: run UPDATE_DOCS=1 cargo test -p rkubelet-core --lib flags::tests::docs_in_sync"
     );
 }
+
+#[test]
+fn node_labels_in_kubernetes_io_are_restricted_as_upstream() {
+    let labels = |s: &str| crate::node::status::parse_labels(s).unwrap();
+    assert!(validate_node_labels(&labels(
+        "a=b,kubernetes.io/arch=amd64,node.kubernetes.io/pool=x,x.kubelet.kubernetes.io/y=z,topology.kubernetes.io/zone=z1"
+    ))
+    .is_ok());
+    let e =
+        validate_node_labels(&labels("node-role.kubernetes.io/master=,a.k8s.io/b=c")).unwrap_err();
+    assert!(
+        e.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [a.k8s.io/b node-role.kubernetes.io/master]"),
+        "{e}"
+    );
+}
