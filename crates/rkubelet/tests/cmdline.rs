@@ -208,3 +208,56 @@ fn kubeadm_drop_in_command_line_parses() {
     assert_eq!(code, 0, "{args:?}: {err}");
     assert!(out.contains("--bootstrap-kubeconfig"), "{out}");
 }
+
+/// Upstream precedence through the real binary: flags > `--config-dir` drop-ins (lexical order)
+/// > `--config` file > defaults, as `/configz` reports it.
+#[tokio::test]
+async fn flags_over_drop_ins_over_file_in_configz() {
+    let mut env = Env::new(242);
+    env.extra_config = "authentication: {anonymous: {enabled: true}}\n\
+                        authorization: {mode: AlwaysAllow}\n\
+                        maxPods: 50\nclusterDomain: file.local\nimageGCHighThresholdPercent: 90\n\
+                        featureGates: {KubeletFineGrainedAuthz: true}\n"
+        .into();
+    let dir = env.dir.join("kubelet.conf.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    std::fs::write(
+        dir.join("20-b.conf"),
+        format!("{head}maxPods: 70\nclusterDomain: b.local\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("10-a.conf"),
+        format!("{head}maxPods: 60\nclusterDomain: a.local\nimageGCLowThresholdPercent: 70\n"),
+    )
+    .unwrap();
+    let config_dir = format!("--config-dir={}", dir.display());
+    env.start_kubelet_with(&[&config_dir, "--max-pods=80", "--feature-gates=Foo=true"]);
+    let out = Command::new("curl")
+        .args(["-sk", &format!("https://127.0.0.1:{}/configz", env.port)])
+        .output()
+        .unwrap();
+    let configz: Value = serde_json::from_slice(&out.stdout).expect("configz JSON");
+    let kc = &configz["kubeletconfig"];
+    assert_eq!(kc["maxPods"], 80, "flag over drop-ins");
+    assert_eq!(
+        kc["clusterDomain"], "b.local",
+        "later drop-in over earlier and file"
+    );
+    assert_eq!(kc["imageGCLowThresholdPercent"], 70, "drop-in");
+    assert_eq!(kc["imageGCHighThresholdPercent"], 90, "file");
+    assert_eq!(kc["syncFrequency"], "1m0s", "file (harness)");
+    assert_eq!(kc["nodeStatusUpdateFrequency"], "10s", "default");
+    assert_eq!(
+        kc["featureGates"],
+        serde_json::json!({"KubeletFineGrainedAuthz": true, "Foo": true}),
+        "flag gates merge with the file's"
+    );
+    let log = env.kubelet_log();
+    assert!(
+        log.contains("feature gate \"Foo\" is not supported by rkubelet; ignored"),
+        "{}",
+        tail(&log, 30)
+    );
+}
