@@ -80,7 +80,8 @@ const fn f(path: &'static str, kind: Kind, default: &'static str, status: Status
 use Kind::*;
 use Status::*;
 
-/// The fields, in types.go order.
+/// The fields, in types.go order. Defaults are those of v1.33 (the release rkubelet reports as
+/// its kubeletVersion); fields newer upstream releases added are accepted too.
 pub const FIELDS: &[Field] = &[
     f("enableServer", Bool, "true", NotYet),
     f("staticPodPath", Str, "", Implemented),
@@ -298,6 +299,7 @@ pub const FIELDS: &[Field] = &[
     f("enableDebugFlagsHandler", Bool, "true", NotYet),
     f("seccompDefault", Bool, "false", NotYet),
     f("memoryThrottlingFactor", Float, "0.9", NotYet),
+    f("memoryReservationPolicy", Str, "", NotYet),
     f("registerWithTaints", List, "", Implemented),
     f("registerNode", Bool, "true", Implemented),
     f("tracing", Struct, "", NotYet),
