@@ -8,6 +8,7 @@ pub mod configz;
 pub mod dns;
 pub mod events;
 pub mod expansion;
+pub mod flags;
 pub mod health;
 pub mod hosts;
 pub mod images;
