@@ -76,7 +76,7 @@ async fn resource_metrics(State(s): State<AppState>) -> Response {
 
 /// Upstream's Summary API: node, pod and container usage in the `stats/v1alpha1` shape.
 async fn stats_summary(State(s): State<AppState>) -> Response {
-    let body = crate::stats::summary(&s.stats.cri, &s.stats.node_name, &s.stats.root_dir).await;
+    let body = crate::stats::summary_json(&s.stats).await;
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
