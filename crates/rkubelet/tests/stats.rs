@@ -268,6 +268,31 @@ async fn summary_through_the_apiserver_moves_with_load() {
     let image_fs = u(&summary(&cp, &node)["node"]["runtime"]["imageFs"]["usedBytes"]);
     assert!(image_fs > 0, "containerd's image fs usage after its sync");
 
+    // The same figures in /metrics/resource, as metrics-server 0.6+ scrapes them.
+    let raw = cp.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node}/proxy/metrics/resource"),
+    ]);
+    let scrape = prometheus_parse::Scrape::parse(raw.lines().map(|l| Ok(l.to_string())))
+        .expect("Prometheus text format");
+    let value = |name: &str, pod: Option<&str>| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .find(|m| m.metric == name && pod.is_none_or(|p| m.labels.get("pod") == Some(p)))
+            .map(|m| match m.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+                _ => f64::NAN,
+            })
+            .unwrap_or_else(|| panic!("no {name} {pod:?} in\n{raw}"))
+    };
+    assert!(value("pod_cpu_usage_seconds_total", Some(POD)) >= c1 as f64 / 1e9);
+    assert!(value("pod_memory_working_set_bytes", Some(POD)) > 0.0);
+    assert!(value("node_cpu_usage_seconds_total", None) > 0.0);
+    assert_eq!(value("resource_scrape_error", None), 0.0);
+    assert_eq!(value("scrape_error", None), 0.0);
+
     cp.kubectl(&["delete", "pod", POD, "--wait=false"]);
     wait_until(Duration::from_secs(30), "pod gone from the summary", || {
         pod_of(&summary(&cp, &node), POD).is_none().then_some(())

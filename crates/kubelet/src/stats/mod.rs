@@ -305,6 +305,18 @@ pub fn resource_families(
             .map(|((ns, pod), (_, mem, t))| sample(pod_labels(ns, pod), GAUGE, *mem, ms(*t)))
             .collect(),
     ));
+    // The 1.20-era name (this project's API server), kept next to the stable one.
+    out.push(family(
+        "scrape_error",
+        "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise",
+        GAUGE,
+        vec![sample(
+            vec![],
+            GAUGE,
+            if scrape_error { 1.0 } else { 0.0 },
+            0,
+        )],
+    ));
     out.push(family(
         "resource_scrape_error",
         "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
@@ -481,6 +493,7 @@ mod tests {
             "pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 150 1700000000123",
             "container_start_time_seconds{container=\"a\",namespace=\"default\",pod=\"p\"} 1699999999 1700000000123",
             "resource_scrape_error 0",
+            "\nscrape_error 0",
             "# TYPE container_cpu_usage_seconds_total counter",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
