@@ -311,9 +311,14 @@ async fn summary_cost_with_n_pods() {
             &simple_pod(&format!("p{i}"), "Always", SLEEPER),
         );
     }
+    // A host-network pod: its traffic is the node's, so it gets no pod network figures.
+    let host =
+        simple_pod("hostnet", "Always", SLEEPER).replace("spec:\n", "spec:\n  hostNetwork: true\n");
+    env.write_manifest("hostnet.yaml", &host);
     for i in 0..N {
         env.wait_running(&format!("p{i}"));
     }
+    env.wait_running("hostnet");
     let get = || -> (Duration, Value) {
         let t = Instant::now();
         let (code, body) = http_get("127.0.0.1", env.ro_port, "/stats/summary").unwrap();
@@ -322,9 +327,16 @@ async fn summary_cost_with_n_pods() {
         (took, serde_json::from_str(&body).unwrap())
     };
     let (cold, s) = get();
-    assert_eq!(s["pods"].as_array().unwrap().len(), N, "{s}");
+    assert_eq!(s["pods"].as_array().unwrap().len(), N + 1, "{s}");
     for p in s["pods"].as_array().unwrap() {
+        if p["podRef"]["name"] == format!("hostnet-{}", env.node) {
+            assert!(p.get("network").is_none(), "{p}");
+            assert!(p.get("process_stats").is_none(), "{p}");
+            continue;
+        }
+        assert_eq!(p["network"]["name"], "eth0", "{p}");
         assert!(p["network"]["rxBytes"].is_u64(), "{p}");
+        assert!(u(&p["process_stats"]["process_count"]) >= 2, "{p}");
         assert!(p["ephemeral-storage"]["usedBytes"].is_u64(), "{p}");
     }
     // Which source the pod network came from: the runtime's pod sandbox stats, or /proc.
@@ -350,13 +362,17 @@ async fn summary_cost_with_n_pods() {
     }
     warm.sort();
     println!(
-        "summary with {N} pods: cold {cold:?}, warm median {:?}, min {:?}, max {:?}",
-        warm[2], warm[0], warm[4]
+        "summary with {} pods: cold {cold:?}, warm median {:?}, min {:?}, max {:?}",
+        N + 1,
+        warm[2],
+        warm[0],
+        warm[4]
     );
     assert!(warm[2] < Duration::from_secs(2), "{warm:?}");
     for i in 0..N {
         env.remove_manifest(&format!("p{i}.yaml"));
     }
+    env.remove_manifest("hostnet.yaml");
     wait_until(Duration::from_secs(60), "pods gone", || {
         env.pods().is_empty().then_some(())
     });

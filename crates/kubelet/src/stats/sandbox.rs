@@ -135,7 +135,8 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
             HashMap::new()
         }
     };
-    let host_netns = netns_inode(Path::new("/proc/1"));
+    // The kubelet runs in the node's network namespace (as upstream requires).
+    let host_netns = netns_inode(Path::new("/proc/self"));
     let mut by_netns: Option<HashMap<u64, u64>> = None;
     let mut out = Vec::new();
     for sb in sandboxes {
@@ -183,7 +184,11 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
             };
             if let Some(pid) = pid {
                 let proc_dir = Path::new("/proc").join(pid.to_string());
-                if network.is_none() {
+                let ns = netns_inode(&proc_dir);
+                // A host-network pod shares the node's namespace: its traffic and processes
+                // cannot be told apart from the node's (cAdvisor reports no network for it).
+                let own_netns = ns.is_some() && ns != host_netns;
+                if network.is_none() && own_netns {
                     network = net::read(&proc_dir)
                         .ok()
                         .map(|(interfaces, default)| PodNetwork {
@@ -192,10 +197,7 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
                             default,
                         });
                 }
-                let ns = netns_inode(&proc_dir);
-                // A host-network pod shares the node's namespace: its processes cannot be told
-                // apart from the node's that way.
-                if process_count.is_none() && ns.is_some() && ns != host_netns {
+                if process_count.is_none() && own_netns {
                     let counts = by_netns.get_or_insert_with(processes_by_netns);
                     process_count = ns.and_then(|i| counts.get(&i).copied());
                 }
