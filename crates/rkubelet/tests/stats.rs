@@ -369,6 +369,37 @@ async fn summary_cost_with_n_pods() {
         warm[4]
     );
     assert!(warm[2] < Duration::from_secs(2), "{warm:?}");
+    // The same measures through the handle an eviction manager would use, asking the runtime
+    // for the pod's writable layers itself.
+    let p0 = env.pod("p0").unwrap();
+    let store = kubelet::stats::EphemeralStorage::new(
+        env.root.clone(),
+        env.logs.clone(),
+        Duration::from_secs(10),
+    );
+    let key = kubelet::stats::PodKey {
+        namespace: "default".into(),
+        name: p0.metadata.name.clone().unwrap(),
+        uid: uid(&p0),
+    };
+    let t = Instant::now();
+    let e = store.pod_usage(&env.cri(), &key).await.unwrap();
+    println!(
+        "ephemeral storage of one pod, cold: {:?}: {e:?}",
+        t.elapsed()
+    );
+    assert!(e.writable_layers.contains_key("main"), "{e:?}");
+    assert!(e.logs.contains_key("main"), "{e:?}");
+    assert!(
+        e.pod_logs.inodes >= 3,
+        "pod dir, container dir, log file: {e:?}"
+    );
+    assert!(e.etc_hosts.bytes > 0, "{e:?}");
+    assert!(
+        e.total.bytes >= e.pod_logs.bytes + e.etc_hosts.bytes,
+        "{e:?}"
+    );
+
     for i in 0..N {
         env.remove_manifest(&format!("p{i}.yaml"));
     }
