@@ -173,6 +173,22 @@ async fn summary_through_the_apiserver_moves_with_load() {
     let eph_before = u(&p["ephemeral-storage"]["usedBytes"]);
     assert!(eph_before >= vol_before, "{p}");
 
+    // What metrics-server before 0.6 asks: CPU and memory only.
+    let raw = cp.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node}/proxy/stats/summary?only_cpu_and_memory=true"),
+    ]);
+    let only: Value = serde_json::from_str(&raw).unwrap();
+    assert!(u(&only["node"]["cpu"]["usageCoreNanoSeconds"]) > 0, "{raw}");
+    assert!(only["node"].get("fs").is_none(), "{raw}");
+    let op = pod_of(&only, POD).unwrap_or_else(|| panic!("{raw}"));
+    assert!(u(&op["memory"]["workingSetBytes"]) > 0, "{op}");
+    assert!(
+        op.get("volume").is_none() && op.get("network").is_none(),
+        "{op}"
+    );
+
     // Logs: both containers wrote lines (measured within the cache period).
     wait_until(Duration::from_secs(25), "container logs usage", || {
         let s = summary(&cp, &node);

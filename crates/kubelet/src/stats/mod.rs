@@ -421,9 +421,42 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
     })
 }
 
-/// [`summary`] as the endpoint's JSON body.
-pub async fn summary_json(src: &StatsSource) -> Vec<u8> {
-    serde_json::to_vec(&summary(src).await).unwrap_or_default()
+/// Upstream `GetCPUAndMemoryStats`: the summary's CPU and memory figures only, without walking
+/// any directory or asking the runtime for more than the containers' stats.
+pub async fn summary_cpu_and_memory(src: &StatsSource) -> summary::Summary {
+    let node = node_usage()
+        .map_err(|e| tracing::warn!(error = %e, "cannot read node usage"))
+        .ok();
+    let containers = container_usage(&src.cri)
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
+        .unwrap_or_default();
+    let mut s = summary::build(&summary::Inputs {
+        node_name: &src.node_name,
+        now_ns: now_ns(),
+        node: node.as_ref(),
+        boot_ns: summary::boot_time_ns(),
+        node_fs: None,
+        node_network: None,
+        image_fs: None,
+        rlimit: None,
+        containers: &containers,
+        sandboxes: &[],
+        ephemeral: &BTreeMap::new(),
+    });
+    summary::cpu_and_memory_only(&mut s);
+    s
+}
+
+/// [`summary`] (or with `only_cpu_and_memory`, [`summary_cpu_and_memory`]) as the endpoint's
+/// JSON body.
+pub async fn summary_json(src: &StatsSource, only_cpu_and_memory: bool) -> Vec<u8> {
+    let s = if only_cpu_and_memory {
+        summary_cpu_and_memory(src).await
+    } else {
+        summary(src).await
+    };
+    serde_json::to_vec(&s).unwrap_or_default()
 }
 
 /// `/metrics/resource`: node and container usage now, in the Prometheus text format.

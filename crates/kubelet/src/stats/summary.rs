@@ -446,6 +446,25 @@ pub fn build(i: &Inputs<'_>) -> Summary {
     }
 }
 
+/// Drops everything but CPU and memory, as upstream's `only_cpu_and_memory` answer has.
+pub fn cpu_and_memory_only(s: &mut Summary) {
+    let n = &mut s.node;
+    n.network = None;
+    n.fs = None;
+    n.runtime = None;
+    n.rlimit = None;
+    for p in &mut s.pods {
+        p.network = None;
+        p.volume_stats.clear();
+        p.ephemeral_storage = None;
+        p.process_stats = None;
+        for c in &mut p.containers {
+            c.rootfs = None;
+            c.logs = None;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,6 +602,22 @@ mod tests {
         assert!(pod["containers"][1].get("logs").is_none());
         assert_eq!(a["cpu"]["time"], "2023-11-14T22:13:20Z");
         assert_eq!(a["memory"]["rssBytes"], 5);
+
+        let mut only = s.clone();
+        cpu_and_memory_only(&mut only);
+        let v = serde_json::to_value(&only).unwrap();
+        for k in ["network", "fs", "runtime", "rlimit"] {
+            assert!(v["node"].get(k).is_none(), "node.{k}: {v}");
+        }
+        assert_eq!(v["node"]["cpu"]["usageCoreNanoSeconds"], 9);
+        let pod = &v["pods"][0];
+        for k in ["network", "volume", "ephemeral-storage", "process_stats"] {
+            assert!(pod.get(k).is_none(), "pod.{k}: {pod}");
+        }
+        assert_eq!(pod["memory"]["workingSetBytes"], 15);
+        assert!(pod["containers"][0].get("rootfs").is_none());
+        assert!(pod["containers"][0].get("logs").is_none());
+        assert_eq!(pod["containers"][0]["cpu"]["usageCoreNanoSeconds"], 100);
     }
 
     #[test]
