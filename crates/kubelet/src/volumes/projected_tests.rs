@@ -311,3 +311,34 @@ fn missing_required_sources_and_tokens_fail_together() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_refreshed_token_is_written_through_a_new_data_dir() {
+    use super::atomic_writer::{self, DATA_DIR};
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, a) = (objects(), allocatable());
+    let with_token = |token: &str| {
+        let t = Tokens([(token_spec(3607), Ok(token.to_string()))].into());
+        let inputs = Inputs {
+            objects: &o,
+            tokens: &t,
+            allocatable: &a,
+        };
+        projected::collect_data(&kube_api_access(), &pod(), &inputs).unwrap()
+    };
+    let dir = tmp.path();
+    assert!(atomic_writer::write(dir, &with_token("first")).unwrap());
+    let data = std::fs::read_link(dir.join(DATA_DIR)).unwrap();
+    // A sync with the cached token writes nothing.
+    assert!(!atomic_writer::write(dir, &with_token("first")).unwrap());
+    assert_eq!(std::fs::read_link(dir.join(DATA_DIR)).unwrap(), data);
+    // The refreshed token swaps ..data; the other files come along unchanged.
+    assert!(atomic_writer::write(dir, &with_token("second")).unwrap());
+    assert_ne!(std::fs::read_link(dir.join(DATA_DIR)).unwrap(), data);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("token")).unwrap(),
+        "second"
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("ca.crt")).unwrap(), "CERT");
+    assert!(!dir.join(&data).exists(), "old ..data target removed");
+}
