@@ -316,6 +316,112 @@ mod tests {
         );
     }
 
+    /// A fake API server answering TokenRequests: token `t<n>` for the n-th request, expiring
+    /// `expires_in` seconds from now with the lifetime asked for; 500 while `fail` is set.
+    #[derive(Clone, Default)]
+    struct FakeApi {
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+        expires_in: Arc<std::sync::atomic::AtomicI64>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+        last: Arc<Mutex<Option<(String, serde_json::Value)>>>,
+    }
+
+    impl FakeApi {
+        fn client(&self) -> Client {
+            use http_body_util::{BodyExt, Full};
+            use std::sync::atomic::Ordering;
+            let me = self.clone();
+            let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+                let me = me.clone();
+                async move {
+                    let n = me.calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    let path = req.uri().path().to_string();
+                    let body = req.into_body().collect().await?.to_bytes();
+                    let asked: serde_json::Value = serde_json::from_slice(&body)?;
+                    *me.last.lock().unwrap() = Some((path, asked.clone()));
+                    let (status, out) = if me.fail.load(Ordering::SeqCst) {
+                        (
+                            500,
+                            serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                            "status": "Failure", "message": "etcd is down", "code": 500}),
+                        )
+                    } else {
+                        let exp =
+                            Timestamp::now().as_second() + me.expires_in.load(Ordering::SeqCst);
+                        let mut resp = asked.clone();
+                        resp["status"] = serde_json::json!({
+                            "token": format!("t{n}"),
+                            "expirationTimestamp": Timestamp::from_second(exp)?.to_string(),
+                        });
+                        (201, resp)
+                    };
+                    let resp = hyper::Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(Full::new(hyper::body::Bytes::from(out.to_string())))?;
+                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(resp)
+                }
+            });
+            Client::new(svc, "default")
+        }
+    }
+
+    fn token_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+            "spec": {"containers": [], "serviceAccountName": "robot"}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn tokens_are_requested_bound_cached_and_refreshed() {
+        use std::sync::atomic::Ordering;
+        let api = FakeApi::default();
+        api.expires_in.store(600, Ordering::SeqCst);
+        let tm = TokenManager::new(Some(api.client()));
+        let pod = token_pod();
+        let spec = TokenSpec {
+            audience: "vault".into(),
+            expiration_seconds: Some(600),
+        };
+        assert_eq!(tm.get(&pod, &spec).await.unwrap(), "t1");
+        let (path, asked) = api.last.lock().unwrap().clone().unwrap();
+        assert_eq!(path, "/api/v1/namespaces/ns/serviceaccounts/robot/token");
+        assert_eq!(asked["spec"]["audiences"], serde_json::json!(["vault"]));
+        assert_eq!(asked["spec"]["expirationSeconds"], 600);
+        assert_eq!(
+            asked["spec"]["boundObjectRef"],
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-1"})
+        );
+        // Fresh: served from the cache.
+        assert_eq!(tm.get(&pod, &spec).await.unwrap(), "t1");
+        assert_eq!(api.calls.load(Ordering::SeqCst), 1);
+
+        // Another pod (uid) or audience is another token.
+        let mut other = pod.clone();
+        other.metadata.uid = Some("u-2".into());
+        assert_eq!(tm.get(&other, &spec).await.unwrap(), "t2");
+
+        // A token already past 80% of its lifetime is requested again.
+        api.expires_in.store(100, Ordering::SeqCst);
+        tm.forget_pod("u-1");
+        assert_eq!(tm.get(&pod, &spec).await.unwrap(), "t3");
+        assert_eq!(tm.get(&pod, &spec).await.unwrap(), "t4");
+        // A failed refresh keeps the cached token while it is valid.
+        api.fail.store(true, Ordering::SeqCst);
+        assert_eq!(tm.get(&pod, &spec).await.unwrap(), "t4");
+        assert_eq!(api.calls.load(Ordering::SeqCst), 5);
+        // Without a cached token the failure is reported.
+        tm.forget_pod("u-1");
+        let err = tm.get(&pod, &spec).await.unwrap_err();
+        assert!(
+            err.to_string().starts_with("failed to fetch token: ")
+                && err.to_string().contains("etcd is down"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn standalone_has_no_tokens() {
         let pod: Pod = serde_json::from_value(serde_json::json!({
