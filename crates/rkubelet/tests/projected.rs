@@ -576,3 +576,84 @@ async fn service_account_token_reaches_the_apiserver() {
 
     delete_and_check_clean(&cp, &env, &pod);
 }
+
+/// The events recorded for a pod, as `(reason, message)`.
+fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String)> {
+    let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
+    let ev = cp
+        .get_json(&["events", "--field-selector", &sel])
+        .unwrap_or_default();
+    ev["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("reason"), s("message"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn missing_projected_source_waits_then_starts() {
+    let cp = ControlPlane::up("proj4");
+    let mut env = Env::new(204);
+    let _unmount = Unmounter(env.root.clone());
+    start_node(&cp, &mut env);
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: waiter
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: all
+    projected:
+      sources:
+      - configMap: {{name: later}}
+      - serviceAccountToken: {{path: token}}
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {SLEEPER:?}]
+    volumeMounts:
+    - {{name: all, mountPath: /etc/all}}
+"#,
+        node = env.node
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&manifest));
+    // Upstream's message for the volume; the container waits in ContainerCreating.
+    wait_until(
+        Duration::from_secs(30),
+        "FailedMount naming the configMap",
+        || {
+            pod_events(&cp, "waiter")
+            .iter()
+            .any(|(r, m)| {
+                r == "FailedMount"
+                    && m == "MountVolume.SetUp failed for volume \"all\" : configmap \"later\" not found"
+            })
+            .then_some(())
+        },
+    );
+    let p = cp.get_json(&["pod", "waiter"]).unwrap();
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+
+    cp.kubectl(&["create", "configmap", "later", "--from-literal=k=v"]);
+    let pod = running(&cp, "waiter");
+    assert_eq!(out(&env, &pod, &["ls", "/etc/all"]).await, "k\ntoken");
+    assert_eq!(out(&env, &pod, &["cat", "/etc/all/k"]).await, "v");
+    // The token source was filled in the same write.
+    let token = out(&env, &pod, &["cat", "/etc/all/token"]).await;
+    assert!(token.split('.').count() == 3, "not a JWT: {token}");
+
+    delete_and_check_clean(&cp, &env, &pod);
+}
