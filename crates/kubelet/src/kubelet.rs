@@ -296,6 +296,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         node_ip: node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
         allocatable: node_view.allocatable.clone(),
         objects: crate::objects::ObjectSource::new(client.clone()),
+        tokens: crate::token::TokenManager::new(client.clone()),
     });
 
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);

@@ -30,6 +30,7 @@ pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod sysctl;
+pub mod token;
 pub mod volumes;
 
 pub use config::KubeletConfig;
