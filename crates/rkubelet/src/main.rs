@@ -109,6 +109,16 @@ struct Flags {
     /// Kubeconfig to reach the API server; without it rkubelet runs standalone (static pods only).
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    /// Kubeconfig with bootstrap credentials (a token) to request a client certificate with when
+    /// --kubeconfig has no valid one; the issued cert goes to --cert-dir and --kubeconfig is written.
+    #[arg(long, value_name = "FILE")]
+    bootstrap_kubeconfig: Option<PathBuf>,
+    /// Directory of issued certificates (kubelet-client-current.pem, ...); default <root-dir>/pki.
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Renew the client certificate before it expires (rotateCertificates).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    rotate_certificates: Option<bool>,
     /// Register the node with the API server (registerNode).
     #[arg(long, value_name = "BOOL")]
     register_node: Option<bool>,
@@ -223,6 +233,15 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
     if let Some(k) = &flags.kubeconfig {
         cfg.kubeconfig = Some(k.clone());
     }
+    if let Some(k) = &flags.bootstrap_kubeconfig {
+        cfg.bootstrap_kubeconfig = Some(k.clone());
+    }
+    if let Some(d) = &flags.cert_dir {
+        cfg.cert_dir = Some(d.clone());
+    }
+    if let Some(b) = flags.rotate_certificates {
+        cfg.rotate_certificates = b;
+    }
     if let Some(b) = flags.register_node {
         cfg.register_node = b;
     }
@@ -239,6 +258,9 @@ fn effective_config(flags: &Flags) -> anyhow::Result<KubeletConfig> {
     }
     if let Some(p) = &flags.pod_manifest_path {
         cfg.static_pod_path = (!p.as_os_str().is_empty()).then(|| p.clone());
+    }
+    if cfg.bootstrap_kubeconfig.is_some() && cfg.kubeconfig.is_none() {
+        anyhow::bail!("--bootstrap-kubeconfig needs --kubeconfig: the path the bootstrapped kubeconfig is written to");
     }
     cfg.node_name = node_name(flags.hostname_override.as_deref());
     let mut errors = Vec::new();
