@@ -235,6 +235,28 @@ async fn client_with_cert(
 mod tests {
     use super::*;
 
+    /// A client whose every response body is `name`.
+    fn fixed(name: &'static str) -> kube::Client {
+        let svc = tower::service_fn(move |_req: hyper::Request<kube::client::Body>| async move {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(kube::client::Body::from(
+                name.as_bytes().to_vec(),
+            )))
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn handle_clones_follow_the_swapped_client() {
+        let (client, slot) = ClientSlot::new(fixed("old"));
+        let held = client.clone();
+        let get = || hyper::Request::get("/api").body(Vec::new()).unwrap();
+        assert_eq!(held.request_text(get()).await.unwrap(), "old");
+        slot.swap(fixed("new"));
+        // A clone taken before the swap (as every manager holds one) now reaches the new client.
+        assert_eq!(held.request_text(get()).await.unwrap(), "new");
+        assert_eq!(client.request_text(get()).await.unwrap(), "new");
+    }
+
     #[test]
     fn serving_cert_resolves_after_set() {
         let key = rcgen::KeyPair::generate().unwrap();
