@@ -157,6 +157,7 @@ async fn api_client(
         kind: manager::Kind::Client {
             kubeconfig: kubeconfig.to_path_buf(),
             slot,
+            bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
         },
         store: crate::certificate::Store::client(&cert_dir),
         client: client.clone(),

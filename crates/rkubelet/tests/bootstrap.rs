@@ -412,3 +412,68 @@ async fn server_tls_bootstrap_serves_cluster_signed_cert() {
         cp.get_json(&["pod", "talker"]).is_none().then_some(())
     });
 }
+
+/// Upstream's fallback: a node cut off from the apiserver past its cert's expiry can no longer
+/// ask as itself, so it asks with the bootstrap token again, and rejoins without a restart.
+/// Same 150 s certs as above; the apiserver is down from the first issuance until after expiry.
+#[tokio::test]
+async fn expired_client_cert_is_renewed_with_bootstrap_credentials() {
+    let cp = ControlPlane::up("boot4");
+    cp.start_controller_manager(&["--cluster-signing-duration=450s"]);
+    let mut env = Env::new(254);
+    let (_, cert_dir) = start_bootstrapping(&cp, &mut env, &["--rotate-certificates"]);
+    wait_ready(&cp, &env.node);
+    let first = issued(&cert_dir, "kubelet-client");
+    assert_eq!(first.len(), 1, "{first:?}");
+    let first_expiry = not_after(&first[0]);
+
+    cp.stop_apiserver();
+    let now = || {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    while now() < first_expiry + 2 {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    cp.start_apiserver();
+
+    let current = cert_dir.join("kubelet-client-current.pem");
+    wait_until(
+        Duration::from_secs(120),
+        "client cert renewed after expiry",
+        || (std::fs::read_link(&current).ok()? != first[0]).then_some(()),
+    );
+    assert!(signed_by_ca(&cp, &current));
+    assert!(not_after(&current) > now());
+    let from_token: Vec<Value> = csrs(&cp)
+        .into_iter()
+        .filter(|c| {
+            c["spec"]["username"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("system:bootstrap:")
+        })
+        .collect();
+    assert_eq!(
+        from_token.len(),
+        2,
+        "bootstrap CSR, then the renewal with the token: {from_token:?}"
+    );
+    assert!(env
+        .kubelet_log()
+        .contains("current client certificate has expired; requesting a new one with the bootstrap credentials"));
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "lease renewed with the new cert",
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+        },
+    );
+    wait_ready(&cp, &env.node);
+}

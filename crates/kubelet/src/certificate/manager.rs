@@ -115,6 +115,9 @@ pub enum Kind {
     Client {
         kubeconfig: PathBuf,
         slot: ClientSlot,
+        /// Upstream asks with the bootstrap credentials once the current cert has expired (the
+        /// node was off or cut off past its renewal window): the node identity no longer works.
+        bootstrap_kubeconfig: Option<PathBuf>,
     },
     /// The serving cert: requested at once when the store has none, then renewed.
     Serving {
@@ -183,20 +186,44 @@ impl Rotation {
         }
     }
 
+    /// Whether the cert in use has expired (no cert at all counts as expired).
+    fn current_expired(&self) -> bool {
+        let pem = match self.store.load() {
+            Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
+            _ => self.initial_cert_pem.clone(),
+        };
+        !pem.is_some_and(|p| super::all_unexpired(&p, SystemTime::now()))
+    }
+
     async fn rotate(&self) -> Result<(), CertError> {
         let key = rcgen::KeyPair::generate()?;
-        let request = match &self.kind {
-            Kind::Client { .. } => Request::client(&self.node_name, "csr-"),
-            Kind::Serving { request, .. } => request.clone(),
+        let (client, request) = match &self.kind {
+            Kind::Client {
+                bootstrap_kubeconfig: Some(boot),
+                ..
+            } if self.current_expired() => {
+                info!(bootstrap_kubeconfig = %boot.display(), "current client certificate has expired; requesting a new one with the bootstrap credentials");
+                (
+                    super::bootstrap::client_from(boot).await?,
+                    Request::client(&self.node_name, "node-csr-"),
+                )
+            }
+            Kind::Client { .. } => (
+                self.client.clone(),
+                Request::client(&self.node_name, "csr-"),
+            ),
+            Kind::Serving { request, .. } => (self.client.clone(), request.clone()),
         };
-        let cert_pem = csr::request_certificate(&self.client, &request, &key, CSR_TIMEOUT).await?;
+        let cert_pem = csr::request_certificate(&client, &request, &key, CSR_TIMEOUT).await?;
         let ck = CertKey {
             cert_pem,
             key_pem: key.serialize_pem(),
         };
         let pem = self.store.update(&ck)?;
         match &self.kind {
-            Kind::Client { kubeconfig, slot } => {
+            Kind::Client {
+                kubeconfig, slot, ..
+            } => {
                 slot.swap(client_with_cert(kubeconfig, &pem).await?);
                 info!(cert = %pem.display(), "rotated the client certificate; new requests use it");
             }
