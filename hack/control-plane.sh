@@ -7,7 +7,12 @@
 #   hack/control-plane.sh up DIR           start etcd + apiserver under DIR; prints KEY=VALUE lines
 #   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
 #   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
-#   hack/control-plane.sh down DIR         stop both and remove DIR
+#   hack/control-plane.sh controller-manager DIR [FLAG...]  start kube-controller-manager with
+#                                          only the controllers TLS bootstrap needs (CSR approving,
+#                                          signing with the cluster CA, cleaning; bootstrap tokens)
+#   hack/control-plane.sh bootstrap-token DIR   a bootstrap token Secret plus kubeadm's RBAC for
+#                                          it; prints the path of a token-only bootstrap kubeconfig
+#   hack/control-plane.sh down DIR         stop everything and remove DIR
 # RK_APISERVER_AUDIT=1 at `up` writes an audit log (Metadata level) to DIR/log/audit.log, so that
 # benchmarks can count the requests a node makes.
 set -euo pipefail
@@ -42,23 +47,32 @@ apiserver_bin() {
     echo "$RK_CACHE/kubernetes-$(source_version)/kube-apiserver"
 }
 
+controller_manager_bin() {
+    echo "$RK_CACHE/kubernetes-$(source_version)/kube-controller-manager"
+}
+
+# Builds whichever of kube-apiserver and kube-controller-manager is not cached yet (one make for
+# both, so a fresh machine extracts the source once); prints the apiserver's path.
 cmd_build() {
     need_root
     ensure_packages
-    local bin work version
-    bin="$(apiserver_bin)"
+    local work version dir cmd missing=()
     version="$(source_version)"
     [[ -n "$version" ]] || die "no kubernetes source package found (deb-src line in $SRC_LIST?)"
+    dir="$RK_CACHE/kubernetes-$version"
     mkdir -p "$RK_CACHE"
     exec 9>"$RK_CACHE/kube-apiserver.lock"
-    flock 9 # one build at a time; the second caller then finds the binary
-    if [[ -x "$bin" ]]; then
-        echo "$bin"
+    flock 9 # one build at a time; the second caller then finds the binaries
+    for cmd in kube-apiserver kube-controller-manager; do
+        [[ -x "$dir/$cmd" ]] || missing+=("$cmd")
+    done
+    if ((${#missing[@]} == 0)); then
+        apiserver_bin
         return
     fi
     work="$RK_CACHE/kubernetes-src-$version"
     rm -rf "$work" && mkdir -p "$work"
-    log "building kube-apiserver $version (about 7 minutes on 2 cores)"
+    log "building ${missing[*]} $version (about 7 minutes each on 2 cores)"
     (cd "$work" && apt-get source --download-only kubernetes >&2 2>/dev/null && dpkg-source -x --skip-patches ./*.dsc src >&2)
     # Go 1.19 crashes at run time with the vendored reflect2 1.0.1; Debian's 1.0.2 works. Replace the
     # directory's Go files (1.0.1 has files 1.0.2 dropped, which would clash).
@@ -66,11 +80,13 @@ cmd_build() {
     cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$work/src/vendor/github.com/modern-go/reflect2/"
     # No git checkout and no network: version from the package, modules from vendor/.
     (cd "$work/src" && GOPROXY=off GOFLAGS=-mod=vendor CGO_ENABLED=0 KUBE_GIT_VERSION=v1.20.2 \
-        KUBE_GIT_TREE_STATE=clean make WHAT=cmd/kube-apiserver >&2)
-    mkdir -p "$(dirname "$bin")"
-    cp "$work/src/_output/local/go/bin/kube-apiserver" "$bin.tmp" && mv "$bin.tmp" "$bin"
+        KUBE_GIT_TREE_STATE=clean make WHAT="${missing[*]/#/cmd/}" >&2)
+    mkdir -p "$dir"
+    for cmd in "${missing[@]}"; do
+        cp "$work/src/_output/local/go/bin/$cmd" "$dir/$cmd.tmp" && mv "$dir/$cmd.tmp" "$dir/$cmd"
+    done
     rm -rf "$work"
-    echo "$bin"
+    apiserver_bin
 }
 
 free_port() {
@@ -155,6 +171,7 @@ cmd_up() {
         --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0
         --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
         --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,ServiceAccount
+        --enable-bootstrap-token-auth
         --service-account-issuer https://kubernetes.default.svc.cluster.local
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key"
         --service-cluster-ip-range 10.96.0.0/12 --allow-privileged=true
@@ -245,12 +262,86 @@ cmd_node_cert() {
     echo "$DIR/nodes/$node.kubeconfig"
 }
 
+# The controllers `kubeadm join` relies on for TLS bootstrap, nothing else (no pods are scheduled
+# or garbage collected behind the tests' backs). Each controller acts with its own service account
+# (--use-service-account-credentials, as kubeadm): the system:kube-controller-manager role alone
+# cannot approve or sign CSRs, so serviceaccount-token must run to mint those accounts' tokens.
+cmd_controller_manager() {
+    DIR="$(realpath -m "${1:?usage: control-plane.sh controller-manager DIR [FLAG...]}")"
+    shift
+    PKI="$DIR/pki"
+    local bin
+    bin="$(controller_manager_bin)"
+    [[ -x "$bin" ]] || cmd_build >/dev/null
+    sign controller-manager "/CN=system:kube-controller-manager"
+    kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager
+    # --port 0 and --secure-port 0: no listeners, so several control planes can share the host.
+    setsid "$bin" --kubeconfig "$DIR/controller-manager.kubeconfig" \
+        --controllers serviceaccount-token,csrapproving,csrsigning,csrcleaner,tokencleaner,bootstrapsigner \
+        --use-service-account-credentials=true --leader-elect=false --port 0 --secure-port 0 \
+        --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+        --root-ca-file "$PKI/ca.crt" --service-account-private-key-file "$PKI/sa.key" \
+        "$@" >>"$DIR/log/kube-controller-manager.log" 2>&1 </dev/null &
+    echo $! >"$DIR/controller-manager.pid"
+    echo "CONTROLLER_MANAGER_LOG=$DIR/log/kube-controller-manager.log"
+}
+
+# kubeadm's bootstrap token and the three ClusterRoleBindings `kubeadm init` creates for it.
+cmd_bootstrap_token() {
+    DIR="$(realpath -m "${1:?usage: control-plane.sh bootstrap-token DIR}")"
+    PKI="$DIR/pki"
+    local id secret url k=(kubectl --kubeconfig "$DIR/admin.kubeconfig")
+    local group=system:bootstrappers:kubeadm:default-node-token
+    id="$(openssl rand -hex 3)"
+    secret="$(openssl rand -hex 8)"
+    url="$(sed -n 's/^APISERVER_URL=//p' "$DIR/env")"
+    "${k[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata: {name: bootstrap-token-$id, namespace: kube-system}
+type: bootstrap.kubernetes.io/token
+stringData:
+  token-id: "$id"
+  token-secret: "$secret"
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: $group
+EOF
+    "${k[@]}" get clusterrolebinding kubeadm:kubelet-bootstrap >/dev/null 2>&1 || {
+        "${k[@]}" create clusterrolebinding kubeadm:kubelet-bootstrap \
+            --clusterrole=system:node-bootstrapper --group="$group" >/dev/null
+        "${k[@]}" create clusterrolebinding kubeadm:node-autoapprove-bootstrap \
+            --clusterrole=system:certificates.k8s.io:certificatesigningrequests:nodeclient --group="$group" >/dev/null
+        "${k[@]}" create clusterrolebinding kubeadm:node-autoapprove-certificate-rotation \
+            --clusterrole=system:certificates.k8s.io:certificatesigningrequests:selfnodeclient \
+            --group=system:nodes >/dev/null
+    }
+    cat >"$DIR/bootstrap-kubelet.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rkubelet-test
+  cluster:
+    server: $url
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: tls-bootstrap-token-user
+  user:
+    token: $id.$secret
+contexts:
+- name: tls-bootstrap-token-user@rkubelet-test
+  context: {cluster: rkubelet-test, user: tls-bootstrap-token-user}
+current-context: tls-bootstrap-token-user@rkubelet-test
+EOF
+    echo "$DIR/bootstrap-kubelet.kubeconfig"
+}
+
 cmd_down() {
     local dir
     dir="$(realpath -m "${1:?usage: control-plane.sh down DIR}")"
     [[ -d "$dir" ]] || return 0
     local f pid
-    for f in apiserver etcd; do
+    for f in controller-manager apiserver etcd; do
         pid="$(cat "$dir/$f.pid" 2>/dev/null || true)"
         if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; fi
     done
@@ -269,8 +360,10 @@ case "${1:-}" in
 build) cmd_build ;;
 up) cmd_up "${2:-}" ;;
 node-cert) cmd_node_cert "${2:-}" "${3:-}" ;;
+controller-manager) cmd_controller_manager "${@:2}" ;;
+bootstrap-token) cmd_bootstrap_token "${2:-}" ;;
 down) cmd_down "${2:-}" ;;
 stop-apiserver) cmd_stop_apiserver "${2:-}" ;;
 start-apiserver) cmd_start_apiserver "${2:-}" ;;
-*) die "usage: $0 build | up DIR | node-cert DIR NODE | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
+*) die "usage: $0 build | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
 esac

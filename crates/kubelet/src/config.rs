@@ -76,6 +76,16 @@ pub struct KubeletConfig {
     pub cluster_dns: Vec<IpAddr>,
     /// `--kubeconfig`: without it the kubelet runs standalone (static pods only).
     pub kubeconfig: Option<PathBuf>,
+    /// `--bootstrap-kubeconfig`: credentials (a bootstrap token) to request a client cert with when
+    /// `--kubeconfig` has no valid one (TLS bootstrap).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--cert-dir`: where issued certs live (`kubelet-client-current.pem`, ...); default
+    /// `<root-dir>/pki`, resolved when unset.
+    pub cert_dir: Option<PathBuf>,
+    /// `rotateCertificates` / `--rotate-certificates`: renew the client cert before it expires.
+    pub rotate_certificates: bool,
+    /// `serverTLSBootstrap`: the serving cert comes from a `kubernetes.io/kubelet-serving` CSR.
+    pub server_tls_bootstrap: bool,
     /// `registerNode`.
     pub register_node: bool,
     /// `--node-ip`; detected from the default route when unset.
@@ -216,6 +226,10 @@ impl Default for KubeletConfig {
             cluster_domain: String::new(),
             cluster_dns: Vec::new(),
             kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            cert_dir: None,
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
             register_node: true,
             node_ip: None,
             node_labels: BTreeMap::new(),
@@ -491,6 +505,12 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     r.string_into("clusterDomain", &mut cfg.cluster_domain);
     if let Some(b) = r.bool("registerNode") {
         cfg.register_node = b;
+    }
+    if let Some(b) = r.bool("rotateCertificates") {
+        cfg.rotate_certificates = b;
+    }
+    if let Some(b) = r.bool("serverTLSBootstrap") {
+        cfg.server_tls_bootstrap = b;
     }
     if let Some(list) = r.string_list("clusterDNS") {
         for s in list {

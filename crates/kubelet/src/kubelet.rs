@@ -53,6 +53,8 @@ pub enum KubeletError {
     },
     #[error("serving certificate: {0}")]
     Tls(#[from] server::tls::TlsError),
+    #[error("certificates: {0}")]
+    Certificate(#[from] crate::certificate::CertError),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(#[from] crate::sysctl::AllowlistError),
     #[error("creating {path}: {source}")]
@@ -122,6 +124,54 @@ async fn kube_client(path: &std::path::Path) -> Result<kube::Client, KubeletErro
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
+/// `<root-dir>/pki` unless `--cert-dir` says otherwise, as upstream.
+fn cert_dir(cfg: &KubeletConfig) -> std::path::PathBuf {
+    cfg.cert_dir
+        .clone()
+        .unwrap_or_else(|| cfg.root_dir.join("pki"))
+}
+
+/// The kubelet's API client: TLS bootstrap first when `--bootstrap-kubeconfig` is given, and with
+/// `rotateCertificates` a client whose cert a rotation task renews. None when cancelled while
+/// waiting for the bootstrap certificate.
+async fn api_client(
+    cfg: &KubeletConfig,
+    kubeconfig: &std::path::Path,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Result<Option<kube::Client>, KubeletError> {
+    use crate::certificate::{bootstrap, manager};
+    let cert_dir = cert_dir(cfg);
+    if let Some(boot) = &cfg.bootstrap_kubeconfig {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            r = bootstrap::load_client_cert(kubeconfig, boot, &cert_dir, &cfg.node_name) => { r?; }
+        }
+    }
+    let client = kube_client(kubeconfig).await?;
+    if !cfg.rotate_certificates {
+        return Ok(Some(client));
+    }
+    let (client, slot) = manager::ClientSlot::new(client);
+    let rotation = manager::Rotation {
+        kind: manager::Kind::Client {
+            kubeconfig: kubeconfig.to_path_buf(),
+            slot,
+            bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
+        },
+        store: crate::certificate::Store::client(&cert_dir),
+        client: client.clone(),
+        node_name: cfg.node_name.clone(),
+        initial_cert_pem: bootstrap::kubeconfig_client_cert(kubeconfig).ok().flatten(),
+    };
+    tasks.spawn(
+        rotation
+            .run(cancel.child_token())
+            .instrument(tracing::info_span!("client_cert_rotation")),
+    );
+    Ok(Some(client))
+}
+
 /// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
 pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), KubeletError> {
     for dir in [
@@ -143,7 +193,10 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     let health = Arc::new(Health::default());
     let mut tasks = JoinSet::new();
     let client = match &cfg.kubeconfig {
-        Some(path) => Some(kube_client(path).await?),
+        Some(path) => match api_client(&cfg, path, &mut tasks, &cancel).await? {
+            Some(c) => Some(c),
+            None => return shutdown(tasks, cancel).await,
+        },
         None => {
             info!("no --kubeconfig: running standalone with static pods only");
             None
@@ -307,9 +360,40 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     );
 
     if cfg.port != 0 {
+        let serving = match (&client, cfg.server_tls_bootstrap) {
+            (Some(c), true) => {
+                let cert = Arc::new(crate::certificate::manager::ServingCert::default());
+                let ips = node_ip.into_iter().collect();
+                tasks.spawn(
+                    crate::certificate::manager::Rotation {
+                        kind: crate::certificate::manager::Kind::Serving {
+                            cert: cert.clone(),
+                            request: crate::certificate::csr::Request::serving(
+                                &cfg.node_name,
+                                vec![cfg.node_name.clone()],
+                                ips,
+                            ),
+                        },
+                        store: crate::certificate::Store::server(&cert_dir(&cfg)),
+                        client: c.clone(),
+                        node_name: cfg.node_name.clone(),
+                        initial_cert_pem: None,
+                    }
+                    .run(cancel.child_token())
+                    .instrument(tracing::info_span!("serving_cert_rotation")),
+                );
+                Some(cert)
+            }
+            (None, true) => {
+                warn!("serverTLSBootstrap needs --kubeconfig; serving a self-signed certificate");
+                None
+            }
+            _ => None,
+        };
         let srv = secure_server(
             &cfg,
             node_ip,
+            serving,
             server::SecureDeps {
                 health: health.clone(),
                 status: status.clone(),
@@ -424,14 +508,21 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
 async fn secure_server(
     cfg: &KubeletConfig,
     node_ip: Option<std::net::IpAddr>,
+    serving: Option<Arc<crate::certificate::manager::ServingCert>>,
     deps: server::SecureDeps,
     cancel: CancellationToken,
 ) -> Result<impl std::future::Future<Output = ()>, KubeletError> {
-    let (crt, key) = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => server::tls::ensure_self_signed(&cfg.root_dir, &cfg.node_name, node_ip)?,
+    let client_ca = cfg.authentication.client_ca_file.as_deref();
+    let tls = match serving {
+        Some(cert) => server::tls::server_config_with_resolver(cert, client_ca)?,
+        None => {
+            let (crt, key) = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+                (Some(c), Some(k)) => (c.clone(), k.clone()),
+                _ => server::tls::ensure_self_signed(&cfg.root_dir, &cfg.node_name, node_ip)?,
+            };
+            server::tls::server_config(&crt, &key, client_ca)?
+        }
     };
-    let tls = server::tls::server_config(&crt, &key, cfg.authentication.client_ca_file.as_deref())?;
     if cfg.kubeconfig.is_none()
         && (cfg.authentication.webhook_enabled
             || cfg.authorization.mode == crate::config::AuthorizationMode::Webhook)

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod backoff;
+pub mod certificate;
 pub mod config;
 pub mod configz;
 pub mod dns;

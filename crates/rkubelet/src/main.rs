@@ -98,12 +98,18 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
             "--container-runtime={rt}: rkubelet only drives CRI runtimes (\"remote\"), as upstream since 1.24"
         );
     }
-    // Hook for TLS bootstrap and certificate rotation (issue 7 item 3): all accepted and parsed
-    // with upstream's names, not acted on yet (each use warns "not implemented"):
-    //   parsed.last("bootstrap-kubeconfig") (1.20 also "experimental-bootstrap-kubeconfig"),
-    //   parsed.last("cert-dir") (upstream default /var/lib/kubelet/pki),
-    //   cfg.v1beta1["rotateCertificates"] / --rotate-certificates,
-    //   cfg.v1beta1["serverTLSBootstrap"] / --rotate-server-certificates.
+    // TLS bootstrap (certificate/): 1.20's experimental- name still works, as upstream.
+    if let Some(k) =
+        path("bootstrap-kubeconfig").or_else(|| path("experimental-bootstrap-kubeconfig"))
+    {
+        cfg.bootstrap_kubeconfig = Some(k);
+    }
+    if let Some(d) = path("cert-dir") {
+        cfg.cert_dir = Some(d);
+    }
+    if cfg.bootstrap_kubeconfig.is_some() && cfg.kubeconfig.is_none() {
+        anyhow::bail!("--bootstrap-kubeconfig needs --kubeconfig: the path the bootstrapped kubeconfig is written to");
+    }
     cfg.node_name = node_name(parsed.last("hostname-override"));
     let mut errors = Vec::new();
     config::validate(&cfg, &mut errors);

@@ -98,9 +98,9 @@ pub const FIELDS: &[Field] = &[
     f("tlsPrivateKeyFile", Str, "", Implemented),
     f("tlsCipherSuites", StrList, "", NotYet),
     f("tlsMinVersion", Str, "", NotYet),
-    // TLS bootstrap and rotation: parsed here, wired by the bootstrap work (issue 7 item 3).
-    f("rotateCertificates", Bool, "", NotYet),
-    f("serverTLSBootstrap", Bool, "", NotYet),
+    // TLS bootstrap and rotation (certificate/).
+    f("rotateCertificates", Bool, "", Implemented),
+    f("serverTLSBootstrap", Bool, "", Implemented),
     f("authentication", Struct, "", Implemented),
     f("authentication.x509", Struct, "", Implemented),
     f("authentication.x509.clientCAFile", Str, "", Implemented),

@@ -135,10 +135,29 @@ pub fn server_config(
     key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = load_certs(cert)?;
     let key_der = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| read_err("private key", key)(e.to_string()))?;
+    let mut cfg = builder(client_ca)?.with_single_cert(certs, key_der)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// As [`server_config`], with the certificate chosen per handshake (`serverTLSBootstrap`: the
+/// issued cert replaces itself on rotation without a restart).
+pub fn server_config_with_resolver(
+    resolver: Arc<dyn rustls::server::ResolvesServerCert>,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let mut cfg = builder(client_ca)?.with_cert_resolver(resolver);
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+fn builder(
+    client_ca: Option<&Path>,
+) -> Result<rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
     let builder = match client_ca {
@@ -161,9 +180,7 @@ pub fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = builder.with_single_cert(certs, key_der)?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    Ok(builder)
 }
 
 #[cfg(test)]

@@ -579,6 +579,54 @@ impl ControlPlane {
         serde_json::from_slice(&out.stdout).ok()
     }
 
+    /// Starts kube-controller-manager with only the TLS bootstrap controllers (CSR approving,
+    /// signing with the cluster CA, cleaning; bootstrap tokens), plus `extra` flags, and waits
+    /// until the CSR controllers have their service account credentials. Opt-in per test: most
+    /// tests need no controllers, and it costs a process per control plane on a shared machine.
+    pub fn start_controller_manager(&self, extra: &[&str]) {
+        let mut args = vec!["controller-manager", self.dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = Command::new(repo_root().join("hack/control-plane.sh"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "control-plane.sh controller-manager: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log = self.dir.join("log/kube-controller-manager.log");
+        wait_until(
+            Duration::from_secs(60),
+            "certificate-controller service account token",
+            || {
+                let sa = self.get_json(&["sa", "-n", "kube-system", "certificate-controller"])?;
+                let has_token = sa["secrets"].as_array().is_some_and(|s| !s.is_empty());
+                if !has_token {
+                    let l = std::fs::read_to_string(&log).unwrap_or_default();
+                    eprintln!("waiting for controller-manager: {}", tail(&l, 3));
+                }
+                has_token.then_some(())
+            },
+        );
+    }
+
+    /// A bootstrap token Secret with kubeadm's RBAC for it; returns a kubeconfig with only the
+    /// token (what `kubeadm join` writes as bootstrap-kubelet.conf).
+    pub fn bootstrap_kubeconfig(&self) -> PathBuf {
+        let out = Command::new(repo_root().join("hack/control-plane.sh"))
+            .arg("bootstrap-token")
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "control-plane.sh bootstrap-token: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+
     /// Stops the apiserver (etcd stays), for outage tests.
     pub fn stop_apiserver(&self) {
         self.script(&["stop-apiserver"]);

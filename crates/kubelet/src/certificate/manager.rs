@@ -1,0 +1,311 @@
+//! Certificate rotation (upstream `certificate.Manager`): one task per certificate renews it at a
+//! jittered 70-90% of its lifetime with a fresh key and a CSR, then swaps it in without a restart.
+//!
+//! Client cert: every manager holds a `kube::Client`; rather than threading a new one to each, the
+//! kubelet's client is a thin `kube::Client` over a [`ClientSlot`] that forwards each request to
+//! the current inner client. Rotation builds a new inner client (new connection pool, new cert)
+//! and swaps it in: new requests use the new cert at once; requests already in flight (watches)
+//! finish on the old connections, which close with the old pool. Upstream instead closes every
+//! connection on rotation; here a watch in progress stays on the old cert until the server ends
+//! it (the apiserver authenticates a request once, at its start).
+//!
+//! Serving cert: the 10250 server resolves its certificate per handshake from [`ServingCert`].
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use tokio_rustls::rustls::{
+    self,
+    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::csr::{self, Request};
+use super::{CertError, CertKey, Store};
+
+/// Upstream retries a failed rotation with backoff; this caps the wait between attempts.
+const MAX_RETRY: Duration = Duration::from_secs(60);
+/// One CSR's wait for approval and issuance before trying again with a new one.
+const CSR_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The swappable inner client behind the kubelet's `kube::Client`.
+#[derive(Clone)]
+pub struct ClientSlot(Arc<RwLock<kube::Client>>);
+
+impl ClientSlot {
+    /// The kubelet's client (hand this to every manager) and the slot that rotation swaps.
+    pub fn new(initial: kube::Client) -> (kube::Client, ClientSlot) {
+        let ns = initial.default_namespace().to_string();
+        let slot = ClientSlot(Arc::new(RwLock::new(initial)));
+        let inner = slot.clone();
+        let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            let client = inner.current();
+            async move { client.send(req).await }
+        });
+        (kube::Client::new(svc, ns), slot)
+    }
+
+    fn current(&self) -> kube::Client {
+        match self.0.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn swap(&self, client: kube::Client) {
+        match self.0.write() {
+            Ok(mut c) => *c = client,
+            Err(poisoned) => *poisoned.into_inner() = client,
+        }
+    }
+}
+
+/// Parses a cert chain and key into what rustls serves.
+fn certified(ck: &CertKey) -> Result<CertifiedKey, CertError> {
+    let invalid = |message: String| CertError::Invalid {
+        what: "serving certificate".into(),
+        message,
+    };
+    let chain = CertificateDer::pem_slice_iter(ck.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(e.to_string()))?;
+    if chain.is_empty() {
+        return Err(invalid("no certificate".into()));
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(ck.key_pem.as_bytes()).map_err(|e| invalid(e.to_string()))?;
+    CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// The serving cert of the 10250 server, replaceable while it runs. Until the first cert is issued
+/// handshakes fail, as upstream's ("no serving certificate available for the kubelet").
+#[derive(Debug, Default)]
+pub struct ServingCert(RwLock<Option<Arc<CertifiedKey>>>);
+
+impl ServingCert {
+    pub fn set(&self, ck: &CertKey) -> Result<(), CertError> {
+        let key = Arc::new(certified(ck)?);
+        match self.0.write() {
+            Ok(mut c) => *c = Some(key),
+            Err(poisoned) => *poisoned.into_inner() = Some(key),
+        }
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let cert = self.0.read().ok().and_then(|c| c.clone());
+        if cert.is_none() {
+            warn!("TLS handshake refused: no serving certificate available for the kubelet yet");
+        }
+        cert
+    }
+}
+
+/// Which certificate a [`Rotation`] keeps fresh.
+pub enum Kind {
+    /// The client cert: after rotation the inner client is rebuilt from `kubeconfig` with the
+    /// store's current pem as credentials.
+    Client {
+        kubeconfig: PathBuf,
+        slot: ClientSlot,
+        /// Upstream asks with the bootstrap credentials once the current cert has expired (the
+        /// node was off or cut off past its renewal window): the node identity no longer works.
+        bootstrap_kubeconfig: Option<PathBuf>,
+    },
+    /// The serving cert: requested at once when the store has none, then renewed.
+    Serving {
+        cert: Arc<ServingCert>,
+        request: Request,
+    },
+}
+
+/// One certificate's renewal loop; owns its store.
+pub struct Rotation {
+    pub kind: Kind,
+    pub store: Store,
+    /// The client that sends the CSRs (the kubelet's own, so the node identity asks).
+    pub client: kube::Client,
+    pub node_name: String,
+    /// The cert to rotate when the store has none yet (a kubeconfig's embedded client cert).
+    pub initial_cert_pem: Option<Vec<u8>>,
+}
+
+impl Rotation {
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut retry = Duration::from_secs(1);
+        loop {
+            let current = match self.store.load() {
+                Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
+                Ok(None) => self.initial_cert_pem.clone(),
+                Err(e) => {
+                    warn!(error = %e, "cannot read the current certificate; requesting a new one");
+                    None
+                }
+            };
+            if let (Some(pem), Kind::Serving { cert, .. }) = (&current, &self.kind) {
+                // The store's cert serves until its replacement arrives.
+                if let Ok(Some(ck)) = self.store.load() {
+                    if super::all_unexpired(pem, SystemTime::now()) {
+                        if let Err(e) = cert.set(&ck) {
+                            warn!(error = %e, "stored serving certificate is unusable");
+                        }
+                    }
+                }
+            }
+            let deadline = current
+                .as_deref()
+                .and_then(|pem| super::validity(pem, "current certificate").ok())
+                .map(|(nb, na)| super::rotation_deadline(nb, na, fastrand::f64()))
+                .unwrap_or_else(SystemTime::now);
+            let wait = deadline
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            info!(store = %self.store.current_path().display(), rotate_in = ?wait, "certificate rotation scheduled");
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            match self.rotate().await {
+                Ok(()) => retry = Duration::from_secs(1),
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?retry, "certificate rotation failed");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(retry) => {}
+                    }
+                    retry = (retry * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    }
+
+    /// Whether the cert in use has expired (no cert at all counts as expired).
+    fn current_expired(&self) -> bool {
+        let pem = match self.store.load() {
+            Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
+            _ => self.initial_cert_pem.clone(),
+        };
+        !pem.is_some_and(|p| super::all_unexpired(&p, SystemTime::now()))
+    }
+
+    async fn rotate(&self) -> Result<(), CertError> {
+        let key = rcgen::KeyPair::generate()?;
+        let (client, request) = match &self.kind {
+            Kind::Client {
+                bootstrap_kubeconfig: Some(boot),
+                ..
+            } if self.current_expired() => {
+                info!(bootstrap_kubeconfig = %boot.display(), "current client certificate has expired; requesting a new one with the bootstrap credentials");
+                (
+                    super::bootstrap::client_from(boot).await?,
+                    Request::client(&self.node_name, "node-csr-"),
+                )
+            }
+            Kind::Client { .. } => (
+                self.client.clone(),
+                Request::client(&self.node_name, "csr-"),
+            ),
+            Kind::Serving { request, .. } => (self.client.clone(), request.clone()),
+        };
+        let cert_pem = csr::request_certificate(&client, &request, &key, CSR_TIMEOUT).await?;
+        let ck = CertKey {
+            cert_pem,
+            key_pem: key.serialize_pem(),
+        };
+        let pem = self.store.update(&ck)?;
+        match &self.kind {
+            Kind::Client {
+                kubeconfig, slot, ..
+            } => {
+                slot.swap(client_with_cert(kubeconfig, &pem).await?);
+                info!(cert = %pem.display(), "rotated the client certificate; new requests use it");
+            }
+            Kind::Serving { cert, .. } => {
+                cert.set(&ck)?;
+                info!(cert = %pem.display(), "serving certificate issued; new connections use it");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A client from `kubeconfig` whose credentials are the combined cert+key file `pem`.
+async fn client_with_cert(
+    kubeconfig: &std::path::Path,
+    pem: &std::path::Path,
+) -> Result<kube::Client, CertError> {
+    let err = |message: String| CertError::Kubeconfig {
+        path: kubeconfig.to_path_buf(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| err(e.to_string()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(e.to_string()))?;
+    let pem = pem.display().to_string();
+    config.auth_info.client_certificate = Some(pem.clone());
+    config.auth_info.client_key = Some(pem);
+    config.auth_info.client_certificate_data = None;
+    config.auth_info.client_key_data = None;
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose every response body is `name`.
+    fn fixed(name: &'static str) -> kube::Client {
+        let svc = tower::service_fn(move |_req: hyper::Request<kube::client::Body>| async move {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(kube::client::Body::from(
+                name.as_bytes().to_vec(),
+            )))
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn handle_clones_follow_the_swapped_client() {
+        let (client, slot) = ClientSlot::new(fixed("old"));
+        let held = client.clone();
+        let get = || hyper::Request::get("/api").body(Vec::new()).unwrap();
+        assert_eq!(held.request_text(get()).await.unwrap(), "old");
+        slot.swap(fixed("new"));
+        // A clone taken before the swap (as every manager holds one) now reaches the new client.
+        assert_eq!(held.request_text(get()).await.unwrap(), "new");
+        assert_eq!(client.request_text(get()).await.unwrap(), "new");
+    }
+
+    #[test]
+    fn serving_cert_resolves_after_set() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["n".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let sc = ServingCert::default();
+        assert!(sc.0.read().unwrap().is_none());
+        sc.set(&CertKey {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+        .unwrap();
+        assert!(sc.0.read().unwrap().is_some());
+        let other = rcgen::KeyPair::generate().unwrap();
+        let e = sc
+            .set(&CertKey {
+                cert_pem: cert.pem(),
+                key_pem: other.serialize_pem(),
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("serving certificate"), "{e}");
+    }
+}

@@ -1,0 +1,479 @@
+//! TLS bootstrap and certificate rotation against a real kube-apiserver 1.20 (bootstrap token
+//! authentication, Node,RBAC, NodeRestriction) and a real kube-controller-manager running
+//! csrapproving and csrsigning with the cluster CA, as `kubeadm join` relies on.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use serde_json::Value;
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn wait_ready(cp: &ControlPlane, node: &str) -> Value {
+    wait_until(Duration::from_secs(60), "node Ready", || {
+        let n = cp.get_json(&["node", node])?;
+        (condition(&n, "Ready")?["status"] == "True").then_some(n)
+    })
+}
+
+/// `openssl x509 -noout ARGS` on a PEM file (its first certificate).
+fn x509(pem: &Path, args: &[&str]) -> String {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-in"])
+        .arg(pem)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Whether the cert in `pem` chains to the test cluster's CA.
+fn signed_by_ca(cp: &ControlPlane, pem: &Path) -> bool {
+    let out = Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(cp.dir.join("pki/ca.crt"))
+        .arg(pem)
+        .output()
+        .unwrap();
+    out.status.success()
+}
+
+/// notAfter of the cert in `pem`, as seconds since the epoch.
+fn not_after(pem: &Path) -> u64 {
+    let line = x509(pem, &["-enddate", "-dateopt", "iso_8601"]);
+    let t = line.trim_start_matches("notAfter=").replace(' ', "T");
+    t.parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("{line}: {e}"))
+        .as_second() as u64
+}
+
+/// The timestamped `<pair>-*.pem` files in `dir`.
+fn issued(dir: &Path, pair: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| {
+        let n = p.file_name().unwrap().to_string_lossy().to_string();
+        n.starts_with(&format!("{pair}-2")) && n.ends_with(".pem")
+    });
+    v.sort();
+    v
+}
+
+fn csrs(cp: &ControlPlane) -> Vec<Value> {
+    cp.get_json(&["csr"]).unwrap()["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Starts rkubelet with only a token-bearing bootstrap kubeconfig; --kubeconfig does not exist.
+fn start_bootstrapping(cp: &ControlPlane, env: &mut Env, extra: &[&str]) -> (PathBuf, PathBuf) {
+    let boot = cp.bootstrap_kubeconfig();
+    let kubeconfig = env.dir.join("kubelet.conf");
+    let cert_dir = env.dir.join("pki");
+    assert!(!kubeconfig.exists());
+    let mut args = vec![
+        format!("--bootstrap-kubeconfig={}", boot.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--cert-dir={}", cert_dir.display()),
+        "--node-ip=127.0.0.1".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    env.start_kubelet_with(&refs);
+    (kubeconfig, cert_dir)
+}
+
+fn pod_manifest(name: &str, node: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+fn running_container(cp: &ControlPlane, pod: &str) -> Option<(String, i64)> {
+    let p = cp.get_json(&["pod", pod])?;
+    let cs = &p["status"]["containerStatuses"][0];
+    cs["state"]["running"].is_object().then(|| {
+        (
+            cs["containerID"].as_str().unwrap_or_default().to_string(),
+            cs["restartCount"].as_i64().unwrap_or(-1),
+        )
+    })
+}
+
+#[tokio::test]
+async fn bootstrap_join_from_token_alone() {
+    let cp = ControlPlane::up("boot1");
+    cp.start_controller_manager(&[]);
+    let mut env = Env::new(251);
+    let (kubeconfig, cert_dir) = start_bootstrapping(&cp, &mut env, &[]);
+    wait_ready(&cp, &env.node);
+
+    // The issued client cert: node identity, signed by the cluster CA, through the current link.
+    let current = cert_dir.join("kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).expect("kubelet-client-current.pem is a symlink");
+    assert!(
+        target
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("kubelet-client-2"),
+        "{target:?}"
+    );
+    let subject = x509(&current, &["-subject", "-nameopt", "RFC2253"]);
+    assert!(
+        subject.contains(&format!("CN=system:node:{}", env.node))
+            && subject.contains("O=system:nodes"),
+        "{subject}"
+    );
+    assert!(signed_by_ca(&cp, &current));
+    assert!(
+        !cert_dir.join("kubelet-client.key.tmp").exists(),
+        "pending key removed once issued"
+    );
+
+    // The kubeconfig it wrote points at the current pem, as upstream's.
+    let kc = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(
+        kc.contains(&format!("client-certificate: \"{}\"", current.display())),
+        "{kc}"
+    );
+    assert!(kc.contains("certificate-authority-data:"), "{kc}");
+
+    // One CSR, from the bootstrap token's user, auto-approved by csrapproving.
+    let list = csrs(&cp);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let csr = &list[0];
+    assert_eq!(
+        csr["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    assert!(
+        csr["spec"]["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("system:bootstrap:"),
+        "{csr}"
+    );
+    assert_eq!(
+        condition(csr, "Approved").unwrap()["reason"],
+        "AutoApproved"
+    );
+    let usages: Vec<&str> = csr["spec"]["usages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        usages,
+        ["digital signature", "key encipherment", "client auth"]
+    );
+
+    // The node acts as itself: pods bound to it run.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("joined", &env.node, SLEEPER)),
+    );
+    wait_until(Duration::from_secs(90), "pod running", || {
+        running_container(&cp, "joined")
+    });
+
+    // A restart finds a valid cert in --kubeconfig and asks for nothing.
+    env.stop_kubelet(nix::sys::signal::Signal::SIGTERM);
+    env.start_kubelet_with(&[
+        &format!(
+            "--bootstrap-kubeconfig={}",
+            cp.dir.join("bootstrap-kubelet.kubeconfig").display()
+        ),
+        &format!("--kubeconfig={}", kubeconfig.display()),
+        &format!("--cert-dir={}", cert_dir.display()),
+        "--node-ip=127.0.0.1",
+    ]);
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "lease renewed after restart",
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+        },
+    );
+    assert_eq!(csrs(&cp).len(), 1, "no second CSR after restart");
+    assert_eq!(issued(&cert_dir, "kubelet-client").len(), 1);
+    cp.kubectl(&["delete", "pod", "joined", "--wait=false"]);
+    wait_until(Duration::from_secs(60), "pod gone", || {
+        cp.get_json(&["pod", "joined"]).is_none().then_some(())
+    });
+}
+
+/// The controller-manager signs for 450 s (`--cluster-signing-duration`, which 1.20 has). Its
+/// signer backdates notBefore by 5 minutes, so the cert lives 150 s from issuance and the kubelet's
+/// 70-90% deadline (upstream's jitter, no test-only switch) falls 15-105 s after issuance. The test
+/// then waits past the first cert's expiry: the node can only keep renewing its lease if new
+/// requests use the new cert.
+#[tokio::test]
+async fn short_lived_client_cert_is_rotated_while_pod_runs() {
+    let cp = ControlPlane::up("boot2");
+    cp.start_controller_manager(&["--cluster-signing-duration=450s"]);
+    let mut env = Env::new(252);
+    let (_, cert_dir) = start_bootstrapping(&cp, &mut env, &["--rotate-certificates"]);
+    wait_ready(&cp, &env.node);
+    let first = issued(&cert_dir, "kubelet-client");
+    assert_eq!(first.len(), 1, "{first:?}");
+    let first_expiry = not_after(&first[0]);
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest("steady", &env.node, SLEEPER)),
+    );
+    let (container, _) = wait_until(Duration::from_secs(90), "pod running", || {
+        running_container(&cp, "steady")
+    });
+
+    let current = cert_dir.join("kubelet-client-current.pem");
+    let rotated_at = wait_until(Duration::from_secs(150), "client cert rotated", || {
+        let files = issued(&cert_dir, "kubelet-client");
+        (files.len() >= 2 && std::fs::read_link(&current).ok()? != first[0]).then(Instant::now)
+    });
+    let second = std::fs::read_link(&current).unwrap();
+    assert!(signed_by_ca(&cp, &current));
+    assert!(not_after(&second) > first_expiry);
+    let rotation_csr = csrs(&cp)
+        .into_iter()
+        .find(|c| c["spec"]["username"] == format!("system:node:{}", env.node))
+        .expect("a CSR from the node itself");
+    assert_eq!(
+        condition(&rotation_csr, "Approved").unwrap()["reason"],
+        "AutoApproved"
+    );
+    assert!(
+        env.kubelet_log().contains("rotated the client certificate"),
+        "{}",
+        tail(&env.kubelet_log(), 30)
+    );
+    eprintln!("rotated after {:?} of waiting", rotated_at.elapsed());
+
+    // Past the first cert's notAfter: the lease still renews and the pod was never touched.
+    let now = || {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    while now() < first_expiry + 5 {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "lease renewed after old cert expired",
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+        },
+    );
+    wait_ready(&cp, &env.node);
+    let log = env.kubelet_log();
+    assert!(
+        !log.contains("certificate has expired"),
+        "{}",
+        tail(&log, 40)
+    );
+    assert_eq!(running_container(&cp, "steady"), Some((container, 0)));
+    // The API still reaches the node with the pod's status updates: delete goes through.
+    cp.kubectl(&["delete", "pod", "steady", "--wait=false"]);
+    wait_until(Duration::from_secs(60), "pod gone", || {
+        cp.get_json(&["pod", "steady"]).is_none().then_some(())
+    });
+}
+
+/// serverTLSBootstrap: a kubelet-serving CSR with the node's names, approved by the admin (1.20's
+/// csrapproving leaves those alone, as kubeadm documents), then served on the secure port.
+#[tokio::test]
+async fn server_tls_bootstrap_serves_cluster_signed_cert() {
+    let cp = ControlPlane::up("boot3");
+    cp.start_controller_manager(&[]);
+    let mut env = Env::new(253);
+    env.extra_config = "serverTLSBootstrap: true\n".into();
+    let ca = format!("--client-ca-file={}", cp.dir.join("pki/ca.crt").display());
+    start_bootstrapping(&cp, &mut env, &[&ca]);
+    wait_ready(&cp, &env.node);
+
+    let csr = wait_until(Duration::from_secs(30), "kubelet-serving CSR", || {
+        csrs(&cp)
+            .into_iter()
+            .find(|c| c["spec"]["signerName"] == "kubernetes.io/kubelet-serving")
+    });
+    assert_eq!(csr["spec"]["username"], format!("system:node:{}", env.node));
+    assert!(
+        condition(&csr, "Approved").is_none(),
+        "not auto-approved in 1.20: {csr}"
+    );
+    let usages: Vec<&str> = csr["spec"]["usages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        usages,
+        ["digital signature", "key encipherment", "server auth"]
+    );
+    let name = csr["metadata"]["name"].as_str().unwrap().to_string();
+    cp.kubectl(&["certificate", "approve", &name]);
+
+    let cert_dir = env.dir.join("pki");
+    let current = cert_dir.join("kubelet-server-current.pem");
+    wait_until(Duration::from_secs(30), "serving cert issued", || {
+        current.exists().then_some(())
+    });
+    assert!(signed_by_ca(&cp, &current));
+    let san = x509(&current, &["-ext", "subjectAltName"]);
+    assert!(
+        san.contains(&format!("DNS:{}", env.node)) && san.contains("IP Address:127.0.0.1"),
+        "{san}"
+    );
+
+    // The secure port now presents it: verified against the cluster CA, same serial as the file.
+    let serial = x509(&current, &["-serial"]);
+    let presented = wait_until(Duration::from_secs(10), "served cert verifies", || {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect 127.0.0.1:{} -CAfile {} -verify_return_error </dev/null 2>/dev/null | openssl x509 -noout -serial",
+                env.port,
+                cp.dir.join("pki/ca.crt").display()
+            ))
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !s.is_empty()).then_some(s)
+    });
+    assert_eq!(presented, serial);
+
+    // `kubectl logs` through the apiserver still works over the new cert.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod_manifest(
+            "talker",
+            &env.node,
+            "echo hello-from-bootstrap; sleep 3600",
+        )),
+    );
+    wait_until(Duration::from_secs(90), "pod running", || {
+        running_container(&cp, "talker")
+    });
+    let logs = wait_until(Duration::from_secs(30), "kubectl logs", || {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.admin_kubeconfig)
+            .args(["logs", "talker"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        s.contains("hello-from-bootstrap").then_some(s)
+    });
+    assert!(logs.contains("hello-from-bootstrap"));
+    cp.kubectl(&["delete", "pod", "talker", "--wait=false"]);
+    wait_until(Duration::from_secs(60), "pod gone", || {
+        cp.get_json(&["pod", "talker"]).is_none().then_some(())
+    });
+}
+
+/// Upstream's fallback: a node cut off from the apiserver past its cert's expiry can no longer
+/// ask as itself, so it asks with the bootstrap token again, and rejoins without a restart.
+/// Same 150 s certs as above; the apiserver is down from the first issuance until after expiry.
+#[tokio::test]
+async fn expired_client_cert_is_renewed_with_bootstrap_credentials() {
+    let cp = ControlPlane::up("boot4");
+    cp.start_controller_manager(&["--cluster-signing-duration=450s"]);
+    let mut env = Env::new(254);
+    let (_, cert_dir) = start_bootstrapping(&cp, &mut env, &["--rotate-certificates"]);
+    wait_ready(&cp, &env.node);
+    let first = issued(&cert_dir, "kubelet-client");
+    assert_eq!(first.len(), 1, "{first:?}");
+    let first_expiry = not_after(&first[0]);
+
+    cp.stop_apiserver();
+    let now = || {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    while now() < first_expiry + 2 {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    cp.start_apiserver();
+
+    let current = cert_dir.join("kubelet-client-current.pem");
+    wait_until(
+        Duration::from_secs(120),
+        "client cert renewed after expiry",
+        || (std::fs::read_link(&current).ok()? != first[0]).then_some(()),
+    );
+    assert!(signed_by_ca(&cp, &current));
+    assert!(not_after(&current) > now());
+    let from_token: Vec<Value> = csrs(&cp)
+        .into_iter()
+        .filter(|c| {
+            c["spec"]["username"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("system:bootstrap:")
+        })
+        .collect();
+    assert_eq!(
+        from_token.len(),
+        2,
+        "bootstrap CSR, then the renewal with the token: {from_token:?}"
+    );
+    assert!(env
+        .kubelet_log()
+        .contains("current client certificate has expired; requesting a new one with the bootstrap credentials"));
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "lease renewed with the new cert",
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+        },
+    );
+    wait_ready(&cp, &env.node);
+}
