@@ -2,7 +2,7 @@
 # A private containerd (CRI enabled) per test/benchmark, so runs never collide
 # with each other or with a system containerd.
 #
-#   hack/containerd.sh up DIR INDEX   INDEX in 1..200 picks bridge rkbrINDEX and
+#   hack/containerd.sh up DIR INDEX   INDEX in 1..255 picks bridge rkbrINDEX and
 #                                     subnet 10.88.INDEX.0/24; prints KEY=VALUE lines
 #   hack/containerd.sh down DIR       kill everything the instance started, rm -rf DIR
 #
@@ -43,8 +43,8 @@ cmd_up() {
     local dir="${1:?usage: containerd.sh up DIR INDEX}" index="${2:?usage: containerd.sh up DIR INDEX}"
     need_root
     need_cmd containerd ctr runc ip
-    if ! [[ "$index" =~ ^[0-9]+$ ]] || ((index < 1 || index > 200)); then
-        die "INDEX must be 1..200, got '$index'"
+    if ! [[ "$index" =~ ^[0-9]+$ ]] || ((index < 1 || index > 255)); then
+        die "INDEX must be 1..255, got '$index'"
     fi
     dir="$(realpath -m "$dir")"
     # Plain characters only: DIR goes through sed, TOML strings and mountinfo parsing.

@@ -51,6 +51,8 @@ pub struct KubeletConfig {
     pub file_check_frequency: Duration,
     /// `runtimeRequestTimeout`: bound of every CRI call.
     pub runtime_request_timeout: Duration,
+    /// `streamingConnectionIdleTimeout`: idle exec/attach/port-forward streams are closed.
+    pub streaming_connection_idle_timeout: Duration,
     /// `address`: bind address of the read-only (and later secure) server.
     pub address: IpAddr,
     /// `readOnlyPort`: 0 disables.
@@ -196,6 +198,7 @@ impl Default for KubeletConfig {
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
             runtime_request_timeout: Duration::from_secs(120),
+            streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
             address: IpAddr::from([0, 0, 0, 0]),
             read_only_port: 0,
             healthz_port: 10248,
@@ -426,6 +429,10 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
     r.duration("syncFrequency", &mut cfg.sync_frequency);
     r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
     r.duration("runtimeRequestTimeout", &mut cfg.runtime_request_timeout);
+    r.duration(
+        "streamingConnectionIdleTimeout",
+        &mut cfg.streaming_connection_idle_timeout,
+    );
     r.ip("address", &mut cfg.address);
     let read_only_port_set = r.map.contains_key("readOnlyPort");
     r.port("readOnlyPort", &mut cfg.read_only_port);
