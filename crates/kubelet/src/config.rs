@@ -875,10 +875,14 @@ mod tests {
             Duration::from_secs(30)
         );
         assert!(d.enable_debugging_handlers);
+        assert_eq!(
+            d.streaming_connection_idle_timeout,
+            Duration::from_secs(4 * 3600)
+        );
         let l = parse(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              port: 10251\ntlsCertFile: /p/c.crt\ntlsPrivateKeyFile: /p/c.key\n\
-             enableDebuggingHandlers: false\n\
+             enableDebuggingHandlers: false\nstreamingConnectionIdleTimeout: 5m\n\
              authentication:\n  x509: {clientCAFile: /p/ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  \
              anonymous: {enabled: true}\n  bogus: 1\n\
              authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
@@ -889,6 +893,10 @@ mod tests {
         assert_eq!(c.tls_cert_file, Some("/p/c.crt".into()));
         assert_eq!(c.tls_private_key_file, Some("/p/c.key".into()));
         assert!(!c.enable_debugging_handlers);
+        assert_eq!(
+            c.streaming_connection_idle_timeout,
+            Duration::from_secs(300)
+        );
         assert_eq!(c.authentication.client_ca_file, Some("/p/ca.crt".into()));
         assert!(!c.authentication.webhook_enabled);
         assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));

@@ -100,7 +100,7 @@ fn curl(cp: &ControlPlane, env: &Env, path: &str, extra: &[&str]) -> (u16, Strin
     let cert = cp.dir.join("pki/apiserver-kubelet-client.crt");
     let key = cp.dir.join("pki/apiserver-kubelet-client.key");
     let out = Command::new("curl")
-        .args(["-sk", "-m", "20", "-w", "\n%{http_code}"])
+        .args(["-sk", "--http1.1", "-m", "20", "-w", "\n%{http_code}"])
         .args([
             "--cert",
             cert.to_str().unwrap(),
@@ -198,6 +198,41 @@ async fn kubectl_exec_commands_exit_codes_and_interactive_sessions() {
     assert!(
         log.contains("streaming connection proxied") && log.contains("SPDY/3.1"),
         "SPDY stream not seen in the kubelet log"
+    );
+
+    // The websocket protocol end to end, directly on 10250: containerd 1.6 speaks up to
+    // v4.channel.k8s.io, and the kubelet relays its handshake and frames untouched.
+    let cert = cp.dir.join("pki/apiserver-kubelet-client.crt");
+    let key = cp.dir.join("pki/apiserver-kubelet-client.key");
+    let out = Command::new("python3")
+        .arg(repo_root().join("crates/rkubelet/tests/streaming/ws_exec.py"))
+        .arg(env.port.to_string())
+        .arg(&cert)
+        .arg(&key)
+        .arg(
+            "/exec/default/shell/main?command=sh&command=-c\
+             &command=echo%20ws-out%3B%20echo%20ws-err%20%3E%262%3B%20exit%207&output=1&error=1",
+        )
+        .output()
+        .expect("python3");
+    let ws = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = ws.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "HTTP/1.1 101 Switching Protocols",
+            "protocol=v4.channel.k8s.io",
+            "ch1='ws-out\\n'",
+            "ch2='ws-err\\n'",
+        ],
+        "{ws}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lines[4].starts_with("ch3=")
+            && ws.contains("NonZeroExitCode")
+            && ws.contains("\"message\":\"7\""),
+        "exit status on the error channel: {ws}"
     );
 
     // The kubelet's own answers, directly on 10250, with upstream's codes and messages.
@@ -305,9 +340,18 @@ async fn kubectl_port_forward_fetches_a_page() {
     }
     let _ = child.kill();
     let _ = child.wait();
+    // kubectl tried its websocket tunnel first, without `port` parameters (the tunnel names
+    // ports per SPDY stream): 400 as upstream's NewV4Options answers, and SPDY carried the
+    // forward.
     let log = env.kubelet_log();
     assert!(
-        log.contains("streaming connection proxied") && log.contains("portforward.k8s.io"),
+        log.contains(
+            "streaming request refused path=/portForward/default/web status=400 Bad Request upgrade=\"websocket\""
+        ),
+        "websocket attempt not seen in the kubelet log"
+    );
+    assert!(
+        log.contains("protocol=\"SPDY/3.1 portforward.k8s.io\""),
         "port-forward stream not seen in the kubelet log"
     );
 

@@ -325,6 +325,18 @@ async fn resolve_port_forward(
     Ok(resp.url)
 }
 
+/// Logs a request answered before the runtime was asked (which protocol the client tried helps
+/// to follow a client's fallback from websockets to SPDY).
+fn refused(req: &Request, r: Response) -> Response {
+    debug!(
+        path = %req.uri().path(),
+        status = %r.status(),
+        upgrade = header_str(req.headers(), header::UPGRADE),
+        "streaming request refused"
+    );
+    r
+}
+
 /// `/exec/{namespace}/{pod}[/{uid}]/{container}?command=...&input=1&output=1&error=1&tty=1`.
 pub async fn exec(
     State(d): State<SecureDeps>,
@@ -334,7 +346,7 @@ pub async fn exec(
 ) -> Response {
     match resolve_exec(&d, &Target::from(&p), &q).await {
         Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout).await,
-        Err(r) => r,
+        Err(r) => refused(&req, r),
     }
 }
 
@@ -347,7 +359,7 @@ pub async fn attach(
 ) -> Response {
     match resolve_attach(&d, &Target::from(&p), &q).await {
         Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout).await,
-        Err(r) => r,
+        Err(r) => refused(&req, r),
     }
 }
 
@@ -361,7 +373,7 @@ pub async fn port_forward(
     let websocket = is_websocket(req.headers());
     match resolve_port_forward(&d, &Target::from(&p), &q, websocket).await {
         Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout).await,
-        Err(r) => r,
+        Err(r) => refused(&req, r),
     }
 }
 
