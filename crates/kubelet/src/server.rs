@@ -1,7 +1,8 @@
 //! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`): `/healthz` on the healthz port,
 //! the read-only port with `/pods`, `/healthz`, `/metrics` and `/metrics/resource`, and the
-//! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/` and
-//! `/containerLogs`.
+//! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/`,
+//! `/containerLogs` and the streaming endpoints (`/exec`, `/attach`, `/portForward`, `/run`,
+//! [`streaming`]).
 
 pub mod auth;
 pub mod streaming;

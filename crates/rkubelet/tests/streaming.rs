@@ -505,9 +505,39 @@ async fn idle_streams_are_closed_after_streaming_connection_idle_timeout() {
     start_node(&cp, &mut env);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest("idle", &env.node, SLEEPER, "")),
+        Some(&pod_manifest(
+            "idle",
+            &env.node,
+            SLEEPER,
+            "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n",
+        )),
     );
     wait_running(&cp, "idle");
+    // The prober's metrics are on /metrics/probes (through the apiserver's node proxy), not on
+    // /metrics, as upstream.
+    let probes = wait_until(Duration::from_secs(30), "a probe counted", || {
+        let text = cp.kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{}/proxy/metrics/probes", env.node),
+        ]);
+        text.contains("prober_probe_total{").then_some(text)
+    });
+    assert!(
+        probes.lines().any(|l| l.starts_with("prober_probe_total{")
+            && l.contains("pod=\"idle\"")
+            && l.contains("probe_type=\"Readiness\"")
+            && l.contains("result=\"successful\"")
+            && l.contains("namespace=\"default\"")
+            && l.contains("pod_uid=\"")),
+        "{probes}"
+    );
+    let metrics = cp.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", env.node),
+    ]);
+    assert!(!metrics.contains("prober_probe_total"), "{metrics}");
     let configz = cp.kubectl(&[
         "get",
         "--raw",
