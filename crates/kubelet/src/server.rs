@@ -222,7 +222,7 @@ async fn auth_filter(State(d): State<SecureDeps>, req: Request, next: Next) -> R
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
     };
-    let verb = auth::verb(req.method().as_str());
+    let verb = auth::request_verb(req.method().as_str(), req.uri().path());
     let subs = auth::subresources(req.uri().path(), d.fine_grained_authz);
     for sub in &subs {
         match d.authz.authorize(&user, verb, sub).await {

@@ -116,6 +116,20 @@ fn curl(cp: &ControlPlane, env: &Env, path: &str, extra: &[&str]) -> (u16, Strin
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
+/// `curl` to the node's secure port with only a bearer token: (HTTP code, body).
+fn curl_token(env: &Env, token: &str, path: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sk", "--http1.1", "-m", "20", "-w", "\n%{http_code}"])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{}{path}", env.port))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
 /// SPDY upgrade headers as the API server sends them.
 const SPDY: [&str; 6] = [
     "-H",
@@ -291,6 +305,52 @@ async fn kubectl_exec_commands_exit_codes_and_interactive_sessions() {
     );
     let (code, _) = curl(&cp, &env, "/run/default/shell/main?cmd=true", &[]);
     assert_eq!(code, 405, "run is POST only, as upstream");
+
+    // Reading nodes/proxy is not running commands: a websocket exec is a GET, yet it needs
+    // `create` (a monitoring agent's token reads /pods but cannot exec).
+    cp.kubectl(&["create", "serviceaccount", "reader"]);
+    cp.kubectl(&[
+        "create",
+        "clusterrole",
+        "node-proxy-reader",
+        "--verb=get",
+        "--resource=nodes/proxy",
+    ]);
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "reader-node-proxy",
+        "--clusterrole=node-proxy-reader",
+        "--serviceaccount=default:reader",
+    ]);
+    let token = cp.kubectl(&["create", "token", "reader"]);
+    let (code, body) = curl_token(&env, token.trim(), "/pods", &[]);
+    assert_eq!(code, 200, "{body}");
+    let ws = [
+        "-H",
+        "Connection: Upgrade",
+        "-H",
+        "Upgrade: websocket",
+        "-H",
+        "Sec-WebSocket-Version: 13",
+        "-H",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "-H",
+        "Sec-WebSocket-Protocol: v4.channel.k8s.io",
+    ];
+    let (code, body) = curl_token(
+        &env,
+        token.trim(),
+        "/exec/default/shell/main?command=id&output=1",
+        &ws,
+    );
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:default:reader, verb=create, resource=nodes, subresource(s)=[proxy])"
+        )
+    );
 }
 
 #[tokio::test]
