@@ -21,11 +21,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo test (unit + integration)"
 cargo test --workspace --locked
 
-# Integration tests use /tmp/rkt-* and bridges rkbr101..; nothing of theirs may survive.
+# Integration tests use /tmp/rkt-* and bridges rkbr101..rkbr255; nothing of theirs may survive.
 leftovers=""
 if compgen -G "/tmp/rkt-*" >/dev/null; then leftovers+=" dirs:$(echo /tmp/rkt-*)"; fi
 if mount | grep -q '/tmp/rkt-'; then leftovers+=" mounts"; fi
-if ip -o link show | grep -Eq 'rkbr1[0-9][0-9]:'; then leftovers+=" bridges"; fi
+if ip -o link show | grep -Eq 'rkbr(1[0-9][0-9]|2[0-5][0-9]):'; then leftovers+=" bridges"; fi
 if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
 if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
 if pgrep -f -- '/tmp/rkt-cp-' >/dev/null; then leftovers+=" control-plane"; fi
