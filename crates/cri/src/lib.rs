@@ -257,6 +257,21 @@ impl CriClient {
     );
     rpc!(exec_sync, runtime, ExecSyncRequest, ExecSyncResponse);
     rpc!(
+        /// A streaming URL on the runtime's streaming server for `kubectl exec`.
+        exec, runtime, ExecRequest, ExecResponse
+    );
+    rpc!(
+        /// A streaming URL for `kubectl attach`.
+        attach, runtime, AttachRequest, AttachResponse
+    );
+    rpc!(
+        /// A streaming URL for `kubectl port-forward` into a sandbox's network namespace.
+        port_forward,
+        runtime,
+        PortForwardRequest,
+        PortForwardResponse
+    );
+    rpc!(
         /// Makes the runtime reopen a container's log file after the kubelet renamed it (rotation).
         reopen_container_log,
         runtime,

@@ -56,6 +56,8 @@ pub struct KubeletConfig {
     pub file_check_frequency: Duration,
     /// `runtimeRequestTimeout`: bound of every CRI call.
     pub runtime_request_timeout: Duration,
+    /// `streamingConnectionIdleTimeout`: idle exec/attach/port-forward streams are closed.
+    pub streaming_connection_idle_timeout: Duration,
     /// `address`: bind address of the read-only (and later secure) server.
     pub address: IpAddr,
     /// `readOnlyPort`: 0 disables.
@@ -216,6 +218,7 @@ impl Default for KubeletConfig {
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
             runtime_request_timeout: Duration::from_secs(120),
+            streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
             address: IpAddr::from([0, 0, 0, 0]),
             read_only_port: 0,
             healthz_port: 10248,
@@ -475,6 +478,10 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     r.duration("syncFrequency", &mut cfg.sync_frequency);
     r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
     r.duration("runtimeRequestTimeout", &mut cfg.runtime_request_timeout);
+    r.duration(
+        "streamingConnectionIdleTimeout",
+        &mut cfg.streaming_connection_idle_timeout,
+    );
     r.ip("address", &mut cfg.address);
     r.port("readOnlyPort", &mut cfg.read_only_port);
     r.port("healthzPort", &mut cfg.healthz_port);
@@ -1012,10 +1019,14 @@ mod tests {
             Duration::from_secs(30)
         );
         assert!(d.enable_debugging_handlers);
+        assert_eq!(
+            d.streaming_connection_idle_timeout,
+            Duration::from_secs(4 * 3600)
+        );
         let l = parse(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              port: 10251\ntlsCertFile: /p/c.crt\ntlsPrivateKeyFile: /p/c.key\n\
-             enableDebuggingHandlers: false\n\
+             enableDebuggingHandlers: false\nstreamingConnectionIdleTimeout: 5m\n\
              authentication:\n  x509: {clientCAFile: /p/ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  \
              anonymous: {enabled: true}\n  bogus: 1\n\
              authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
@@ -1026,6 +1037,10 @@ mod tests {
         assert_eq!(c.tls_cert_file, Some("/p/c.crt".into()));
         assert_eq!(c.tls_private_key_file, Some("/p/c.key".into()));
         assert!(!c.enable_debugging_handlers);
+        assert_eq!(
+            c.streaming_connection_idle_timeout,
+            Duration::from_secs(300)
+        );
         assert_eq!(c.authentication.client_ca_file, Some("/p/ca.crt".into()));
         assert!(!c.authentication.webhook_enabled);
         assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));

@@ -47,6 +47,7 @@ pub fn configz(cfg: &KubeletConfig) -> Value {
         "clusterDomain": cfg.cluster_domain,
         "clusterDNS": cfg.cluster_dns.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
         "runtimeRequestTimeout": d(cfg.runtime_request_timeout),
+        "streamingConnectionIdleTimeout": d(cfg.streaming_connection_idle_timeout),
         "maxPods": cfg.max_pods,
         "resolvConf": path(&cfg.resolv_conf),
         "serializeImagePulls": cfg.serialize_image_pulls,

@@ -412,6 +412,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
                 )),
                 debugging_handlers: cfg.enable_debugging_handlers,
                 fine_grained_authz: cfg.fine_grained_authz,
+                streaming_idle_timeout: cfg.streaming_connection_idle_timeout,
             },
             cancel.child_token(),
         )

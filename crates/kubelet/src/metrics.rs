@@ -21,6 +21,9 @@ const POD_START_BUCKETS: [f64; 25] = [
 
 pub struct Metrics {
     registry: Registry,
+    /// `/metrics/probes`: upstream keeps the prober's metrics out of `/metrics`, in a registry
+    /// of their own.
+    probes_registry: Registry,
     pub node_name: IntGaugeVec,
     pub pod_start_duration: Histogram,
     pub pod_start_sli_duration: Histogram,
@@ -62,6 +65,7 @@ impl Metrics {
     fn new() -> Self {
         let m = Metrics {
             registry: Registry::new(),
+            probes_registry: Registry::new(),
             node_name: IntGaugeVec::new(
                 Opts::new(
                     "kubelet_node_name",
@@ -178,11 +182,16 @@ impl Metrics {
             Box::new(m.started_pods.clone()),
             Box::new(m.started_containers.clone()),
             Box::new(m.started_containers_errors.clone()),
-            Box::new(m.prober_probe_total.clone()),
-            Box::new(m.prober_probe_duration.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("unique metric names");
+        }
+        let probes: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.prober_probe_total.clone()),
+            Box::new(m.prober_probe_duration.clone()),
+        ];
+        for c in probes {
+            m.probes_registry.register(c).expect("unique metric names");
         }
         m
     }
@@ -192,6 +201,13 @@ impl Metrics {
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail on I/O; a collector error leaves what was written.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        buf
+    }
+
+    /// The prober's metrics in the Prometheus text format, for `/metrics/probes`.
+    pub fn render_probes(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.probes_registry.gather(), &mut buf);
         buf
     }
 }
@@ -243,5 +259,22 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn prober_metrics_are_on_their_own_endpoint() {
+        get()
+            .prober_probe_total
+            .with_label_values(&["Readiness", "successful", "c", "p", "ns", "u1"])
+            .inc();
+        let probes = String::from_utf8(get().render_probes()).unwrap();
+        assert!(
+            probes.contains(
+                "prober_probe_total{container=\"c\",namespace=\"ns\",pod=\"p\",pod_uid=\"u1\",probe_type=\"Readiness\",result=\"successful\"} 1"
+            ),
+            "{probes}"
+        );
+        let main = String::from_utf8(get().render()).unwrap();
+        assert!(!main.contains("prober_probe_total"), "{main}");
     }
 }

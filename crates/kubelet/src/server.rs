@@ -1,9 +1,11 @@
 //! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`): `/healthz` on the healthz port,
 //! the read-only port with `/pods`, `/healthz`, `/metrics` and `/metrics/resource`, and the
-//! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/` and
-//! `/containerLogs`.
+//! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/`,
+//! `/containerLogs` and the streaming endpoints (`/exec`, `/attach`, `/portForward`, `/run`,
+//! [`streaming`]).
 
 pub mod auth;
+pub mod streaming;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -60,6 +62,15 @@ async fn metrics() -> Response {
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
         crate::metrics::get().render(),
+    )
+        .into_response()
+}
+
+/// Upstream's prober metrics, served apart from `/metrics` (`/metrics/probes`) as upstream does.
+async fn probe_metrics() -> Response {
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        crate::metrics::get().render_probes(),
     )
         .into_response()
 }
@@ -138,6 +149,7 @@ pub async fn bind(
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
             .route("/metrics/resource", get(resource_metrics))
+            .route("/metrics/probes", get(probe_metrics))
             .route("/stats/summary", get(stats_summary));
     }
     let app = router.with_state(AppState {
@@ -191,6 +203,9 @@ pub struct SecureDeps {
     pub debugging_handlers: bool,
     /// Feature gate `KubeletFineGrainedAuthz`.
     pub fine_grained_authz: bool,
+    /// `streamingConnectionIdleTimeout`: a proxied exec/attach/port-forward stream with no
+    /// traffic either way for this long is closed.
+    pub streaming_idle_timeout: std::time::Duration,
 }
 
 /// The verified client cert's user, put on each request of the connection by the accept loop.
@@ -215,7 +230,7 @@ async fn auth_filter(State(d): State<SecureDeps>, req: Request, next: Next) -> R
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
     };
-    let verb = auth::verb(req.method().as_str());
+    let verb = auth::request_verb(req.method().as_str(), req.uri().path());
     let subs = auth::subresources(req.uri().path(), d.fine_grained_authz);
     for sub in &subs {
         match d.authz.authorize(&user, verb, sub).await {
@@ -430,13 +445,41 @@ fn secure_router(d: SecureDeps) -> Router {
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource_metrics))
+        .route("/metrics/probes", get(probe_metrics))
         .route("/stats/summary", get(stats_summary))
         .route("/configz", get(configz));
     if d.debugging_handlers {
-        r = r.route("/runningpods/", get(running_pods)).route(
-            "/containerLogs/{namespace}/{pod}/{container}",
-            get(container_logs),
-        );
+        use axum::routing::post;
+        use streaming::{attach, exec, port_forward, run};
+        r = r
+            .route("/runningpods/", get(running_pods))
+            .route(
+                "/containerLogs/{namespace}/{pod}/{container}",
+                get(container_logs),
+            )
+            .route("/exec/{namespace}/{pod}/{container}", get(exec).post(exec))
+            .route(
+                "/exec/{namespace}/{pod}/{uid}/{container}",
+                get(exec).post(exec),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{container}",
+                get(attach).post(attach),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{uid}/{container}",
+                get(attach).post(attach),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}",
+                get(port_forward).post(port_forward),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}/{uid}",
+                get(port_forward).post(port_forward),
+            )
+            .route("/run/{namespace}/{pod}/{container}", post(run))
+            .route("/run/{namespace}/{pod}/{uid}/{container}", post(run));
     } else {
         for p in [
             "/runningpods/",

@@ -130,7 +130,7 @@ async fn readiness_follows_the_http_probe_and_never_restarts() {
     assert_eq!(status_of(&p).restart_count, 0);
     // Every probe is counted by result under upstream's name, failures while the server was
     // starting included.
-    let (_, metrics) = http_get("127.0.0.1", env.ro_port, "/metrics").unwrap();
+    let (_, metrics) = http_get("127.0.0.1", env.ro_port, "/metrics/probes").unwrap();
     let count = |result: &str| -> f64 {
         metrics
             .lines()

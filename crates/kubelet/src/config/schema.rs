@@ -151,7 +151,7 @@ pub const FIELDS: &[Field] = &[
         "streamingConnectionIdleTimeout",
         Duration,
         r#""4h0m0s""#,
-        NotYet,
+        Implemented,
     ),
     f("nodeStatusUpdateFrequency", Duration, r#""10s""#, NotYet),
     f("nodeStatusReportFrequency", Duration, r#""5m0s""#, NotYet),

@@ -61,6 +61,22 @@ pub fn verb(method: &str) -> &'static str {
     }
 }
 
+/// The verb a request is authorized with: the method's, except that the streaming endpoints are
+/// always `create`. A websocket exec is a GET, and mapping it to `get` would let anyone allowed
+/// to read `nodes/proxy` (monitoring agents) run commands in every container; the API server
+/// closed the same hole for `pods/exec` (KEP-4006) and upstream's kubelet fix does it this way
+/// (kubernetes#136550). The API server's own kubelet client has `create` on `nodes/proxy`.
+pub fn request_verb(method: &str, path: &str) -> &'static str {
+    let streaming = ["/exec", "/attach", "/portForward", "/run"]
+        .iter()
+        .any(|p| is_subpath(path, p));
+    if streaming {
+        "create"
+    } else {
+        verb(method)
+    }
+}
+
 /// Upstream `isSubpath`: `path` itself or anything below it.
 fn is_subpath(sub: &str, path: &str) -> bool {
     let path = path.trim_end_matches('/');
@@ -371,6 +387,22 @@ mod tests {
         ] {
             assert_eq!(verb(m), v, "{m}");
         }
+    }
+
+    #[test]
+    fn streaming_endpoints_always_need_create() {
+        for path in [
+            "/exec/ns/p/c",
+            "/attach/ns/p/uid/c",
+            "/portForward/ns/p",
+            "/run/ns/p/c",
+        ] {
+            assert_eq!(request_verb("GET", path), "create", "{path}");
+            assert_eq!(request_verb("POST", path), "create", "{path}");
+        }
+        assert_eq!(request_verb("GET", "/pods"), "get");
+        assert_eq!(request_verb("GET", "/executor"), "get");
+        assert_eq!(request_verb("POST", "/pods"), "create");
     }
 
     #[test]
