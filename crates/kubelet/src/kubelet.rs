@@ -287,7 +287,12 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         prober: prober.clone(),
         probes,
         runtime: runtime.clone(),
-        images: ImageManager::new(cri.clone(), cfg.serialize_image_pulls, recorder.clone()),
+        images: ImageManager::new(
+            cri.clone(),
+            cfg.serialize_image_pulls,
+            recorder.clone(),
+            client.clone(),
+        ),
         recorder: recorder.clone(),
         status: status.clone(),
         root_dir: cfg.root_dir.clone(),

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod backoff;
 pub mod config;
 pub mod configz;
+pub mod credentials;
 pub mod dns;
 pub mod events;
 pub mod expansion;
