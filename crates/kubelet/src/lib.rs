@@ -17,6 +17,7 @@ pub mod logs;
 pub mod metrics;
 pub mod mirror;
 pub mod node;
+pub mod object_cache;
 pub mod objects;
 pub mod pleg;
 pub mod pod_workers;
