@@ -143,6 +143,11 @@ async fn fs_group_owns_volumes_as_seen_by_a_non_root_user() {
         .await,
         "2000 440\n2000 440\n2000 2755"
     );
+    // Syncs went by meanwhile (each sets the volumes up again): the emptyDir keeps its setgid.
+    assert_eq!(
+        sh(&env, &pod, "stat -c '%g %a' /scratch").await,
+        "2000 2777"
+    );
 
     cp.kubectl(&["delete", "pod", "grouped", "--wait=false"]);
     let pod_dir = env.root.join("pods").join(uid(&pod));

@@ -212,6 +212,19 @@ mod tests {
     }
 
     #[test]
+    fn empty_dir_set_up_again_keeps_the_setgid_bit() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("v");
+        let spec = k8s_openapi::api::core::v1::EmptyDirVolumeSource::default();
+        super::super::empty_dir::set_up(&dir, &spec, None).unwrap();
+        set_volume_ownership(&dir, Some(GID), ChangePolicy::Always, false).unwrap();
+        assert_eq!(stat(&dir), (GID, 0o2777));
+        // Every sync sets the volume up again.
+        super::super::empty_dir::set_up(&dir, &spec, None).unwrap();
+        assert_eq!(stat(&dir), (GID, 0o2777));
+    }
+
+    #[test]
     fn policy_from_api() {
         assert_eq!(
             ChangePolicy::from_api(Some("OnRootMismatch")),
