@@ -299,6 +299,17 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             tasks.spawn(run.instrument(tracing::info_span!("object_cache")));
             Some(cache)
         }
+        Some(_)
+            if cfg.config_map_and_secret_change_detection_strategy
+                == crate::object_cache::ChangeDetectionStrategy::Cache =>
+        {
+            let (cache, run) = crate::object_cache::ObjectCache::start_ttl(
+                crate::object_cache::CACHE_TTL,
+                cancel.child_token(),
+            );
+            tasks.spawn(run.instrument(tracing::info_span!("object_cache")));
+            Some(cache)
+        }
         _ => None,
     };
     let objects = match (&client, &object_cache) {

@@ -30,8 +30,8 @@ use crate::objects::{ObjectData, ObjectError, ObjectKind};
 pub enum ChangeDetectionStrategy {
     /// A GET per object on every pod sync.
     Get,
-    /// Upstream caches GETs for a TTL (the node's `ttl` annotation). Deviation: not cached here,
-    /// so it behaves as `Get` (same content, more requests).
+    /// GET results reused for a TTL (upstream `cacheBasedManager`); a pod that newly references
+    /// an object makes the next read fetch it again.
     Cache,
     /// A watch per referenced object (upstream's default).
     #[default]
@@ -58,7 +58,21 @@ type Slot = Option<Result<ObjectData, ObjectError>>;
 /// How long a read waits for a new watch's first list (upstream polls `hasSynced` for 1 s).
 const SYNC_WAIT: Duration = Duration::from_secs(1);
 
+/// Upstream's default TTL of the `Cache` strategy (without the node's `ttl` annotation, which the
+/// TTL controller sets and this node does not read).
+pub const CACHE_TTL: Duration = Duration::from_secs(60);
+
 enum Request {
+    /// Cache mode: the stored value of `key` if fetched less than the TTL ago.
+    Cached {
+        key: Key,
+        reply: oneshot::Sender<Option<Result<ObjectData, ObjectError>>>,
+    },
+    /// Cache mode: a value just fetched.
+    Store {
+        key: Key,
+        value: Result<ObjectData, ObjectError>,
+    },
     /// The objects pod `uid` references now (replaces what it referenced before).
     Register {
         uid: String,
@@ -77,6 +91,7 @@ enum Request {
 #[derive(Clone)]
 pub struct ObjectCache {
     tx: mpsc::UnboundedSender<Request>,
+    ttl: bool,
 }
 
 impl ObjectCache {
@@ -87,16 +102,64 @@ impl ObjectCache {
         changed: mpsc::UnboundedSender<String>,
         cancel: CancellationToken,
     ) -> (ObjectCache, impl std::future::Future<Output = ()>) {
+        Self::start_mode(Mode::Watch(client), changed, cancel)
+    }
+
+    /// The `Cache` strategy's manager: no watches, GET results reused for `ttl`.
+    pub fn start_ttl(
+        ttl: Duration,
+        cancel: CancellationToken,
+    ) -> (ObjectCache, impl std::future::Future<Output = ()>) {
+        let (changed, _) = mpsc::unbounded_channel();
+        Self::start_mode(Mode::Ttl(ttl), changed, cancel)
+    }
+
+    fn start_mode(
+        mode: Mode,
+        changed: mpsc::UnboundedSender<String>,
+        cancel: CancellationToken,
+    ) -> (ObjectCache, impl std::future::Future<Output = ()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (notify_tx, notify_rx) = mpsc::unbounded_channel();
+        let ttl = matches!(mode, Mode::Ttl(_));
         let m = Manager {
-            client,
+            mode,
             entries: BTreeMap::new(),
+            cached: BTreeMap::new(),
             pods: BTreeMap::new(),
             changed,
             notify_tx,
         };
-        (ObjectCache { tx }, m.run(rx, notify_rx, cancel))
+        (ObjectCache { tx, ttl }, m.run(rx, notify_rx, cancel))
+    }
+
+    /// Cache mode: the value fetched less than the TTL ago, if any.
+    pub async fn cached(&self, key: &Key) -> Option<Result<ObjectData, ObjectError>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Cached {
+                key: key.clone(),
+                reply,
+            })
+            .ok()?;
+        rx.await.ok()?
+    }
+
+    /// Cache mode: remembers a value just fetched. Errors are not kept: the next read retries,
+    /// as upstream's store refetches after an error.
+    pub fn store(&self, key: &Key, value: Result<ObjectData, ObjectError>) {
+        if value.is_err() {
+            return;
+        }
+        let _ = self.tx.send(Request::Store {
+            key: key.clone(),
+            value,
+        });
+    }
+
+    /// Whether this is the `Cache` strategy's manager (read through [`ObjectCache::cached`]).
+    pub fn is_ttl(&self) -> bool {
+        self.ttl
     }
 
     pub fn register(&self, uid: &str, keys: BTreeSet<Key>) {
@@ -152,9 +215,19 @@ struct Entry {
     task: JoinHandle<()>,
 }
 
+/// Cache mode: a GET result and when it was made.
+type Fetched = (tokio::time::Instant, Result<ObjectData, ObjectError>);
+
+enum Mode {
+    Watch(Client),
+    Ttl(Duration),
+}
+
 struct Manager {
-    client: Client,
+    mode: Mode,
     entries: BTreeMap<Key, Entry>,
+    /// Cache mode: referenced objects and when they were fetched (None: fetch on next read).
+    cached: BTreeMap<Key, Option<Fetched>>,
     pods: BTreeMap<String, BTreeSet<Key>>,
     changed: mpsc::UnboundedSender<String>,
     notify_tx: mpsc::UnboundedSender<Key>,
@@ -206,10 +279,31 @@ impl Manager {
             Request::Subscribe { key, reply } => {
                 let _ = reply.send(self.entries.get(&key).map(|e| e.state.clone()));
             }
+            Request::Cached { key, reply } => {
+                let fresh = match (&self.mode, self.cached.get(&key)) {
+                    (Mode::Ttl(ttl), Some(Some((at, v)))) if at.elapsed() < *ttl => Some(v.clone()),
+                    _ => None,
+                };
+                let _ = reply.send(fresh);
+            }
+            Request::Store { key, value } => {
+                // Only objects some pod still references are kept.
+                if let Some(slot) = self.cached.get_mut(&key) {
+                    *slot = Some((tokio::time::Instant::now(), value));
+                }
+            }
         }
     }
 
     fn add_ref(&mut self, key: &Key, uid: &str) {
+        let client = match &self.mode {
+            Mode::Watch(c) => c.clone(),
+            Mode::Ttl(_) => {
+                // Upstream `AddReference`: a new reference makes the next read fetch again.
+                self.cached.insert(key.clone(), None);
+                return;
+            }
+        };
         if let Some(e) = self.entries.get_mut(key) {
             e.refs.insert(uid.to_string());
             return;
@@ -217,7 +311,7 @@ impl Manager {
         debug!(kind = resource(key.0), namespace = %key.1, name = %key.2, "starting watch");
         let (tx, state) = watch::channel(None);
         let task = tokio::spawn(watch_object(
-            self.client.clone(),
+            client,
             key.clone(),
             tx,
             self.notify_tx.clone(),
@@ -233,6 +327,13 @@ impl Manager {
     }
 
     fn drop_ref(&mut self, key: &Key, uid: &str) {
+        if matches!(self.mode, Mode::Ttl(_)) {
+            let still = self.pods.values().any(|keys| keys.contains(key));
+            if !still {
+                self.cached.remove(key);
+            }
+            return;
+        }
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
@@ -315,5 +416,55 @@ async fn run_watch<K>(
         if changed && was_synced {
             let _ = notify.send(key.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> Key {
+        (ObjectKind::ConfigMap, "ns".into(), name.into())
+    }
+
+    fn data(v: &str) -> Result<ObjectData, ObjectError> {
+        Ok(ObjectData {
+            data: BTreeMap::from([("k".to_string(), v.as_bytes().to_vec())]),
+            binary_data: BTreeMap::new(),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ttl_cache_reuses_then_expires_and_new_references_refetch() {
+        let cancel = CancellationToken::new();
+        let (c, run) = ObjectCache::start_ttl(Duration::from_secs(60), cancel.clone());
+        let task = tokio::spawn(run);
+        assert!(c.is_ttl());
+        c.register("p1", BTreeSet::from([key("a")]));
+        assert_eq!(c.cached(&key("a")).await, None, "never fetched");
+        c.store(&key("a"), data("1"));
+        assert_eq!(c.cached(&key("a")).await, Some(data("1")));
+        // Objects no pod references are not stored.
+        c.store(&key("b"), data("x"));
+        assert_eq!(c.cached(&key("b")).await, None);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(c.cached(&key("a")).await, Some(data("1")));
+        // A pod that newly references the object makes the next read fetch again.
+        c.register("p2", BTreeSet::from([key("a")]));
+        assert_eq!(c.cached(&key("a")).await, None);
+        c.store(&key("a"), data("2"));
+        // Re-registering the same references (every sync does) keeps the value.
+        c.register("p2", BTreeSet::from([key("a")]));
+        assert_eq!(c.cached(&key("a")).await, Some(data("2")));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(c.cached(&key("a")).await, None, "expired");
+        c.store(&key("a"), data("3"));
+        // Dropped with the last reference.
+        c.unregister("p1");
+        assert_eq!(c.cached(&key("a")).await, Some(data("3")));
+        c.unregister("p2");
+        assert_eq!(c.cached(&key("a")).await, None);
+        cancel.cancel();
+        task.await.unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! With `configMapAndSecretChangeDetectionStrategy: Watch` (the default) reads come from the
 //! [`ObjectCache`](crate::object_cache::ObjectCache), which keeps a watch per referenced object;
-//! with `Get` every pod sync GETs what the pod references.
+//! with `Cache` GETs are reused for a TTL; with `Get` every pod sync GETs what it references.
 //!
 //! Fetching is async and separate from using the objects: env resolution and volume payloads are
 //! pure functions of an [`Objects`] snapshot, which the sync code fills first.
@@ -211,12 +211,20 @@ impl ObjectSource {
             if out.0.contains_key(&key) {
                 continue;
             }
-            let watched = match &self.cache {
-                Some(c) => c.get(&(key.0, ns.to_string(), key.1.clone())).await,
-                None => None,
-            };
-            let got = match watched {
-                Some(got) => got,
+            let k = (key.0, ns.to_string(), key.1.clone());
+            let got = match &self.cache {
+                Some(c) if c.is_ttl() => match c.cached(&k).await {
+                    Some(got) => got,
+                    None => {
+                        let got = self.get(key.0, ns, &key.1).await;
+                        c.store(&k, got.clone());
+                        got
+                    }
+                },
+                Some(c) => match c.get(&k).await {
+                    Some(got) => got,
+                    None => self.get(key.0, ns, &key.1).await,
+                },
                 None => self.get(key.0, ns, &key.1).await,
             };
             out.0.insert(key, got);

@@ -125,3 +125,99 @@ async fn watched_config_map_updates_reach_files_promptly_and_atomically() {
         (!pod_dir.exists()).then_some(())
     });
 }
+
+/// A pod on a node with `strategy`, reading configMap `small` as a file; returns the Env and pod.
+async fn small_reader(
+    cp: &ControlPlane,
+    index: u32,
+    strategy: &str,
+) -> (Env, k8s_openapi::api::core::v1::Pod) {
+    let mut env = Env::new(index);
+    env.extra_config = format!("configMapAndSecretChangeDetectionStrategy: {strategy}\n");
+    let kc = cp.node_kubeconfig(&env.node);
+    let kc = format!("--kubeconfig={}", kc.display());
+    env.start_kubelet_with(&[&kc, "--node-ip=127.0.0.1", "--sync-frequency=2s"]);
+    let name = format!("small-{}", strategy.to_lowercase());
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: cfg
+    configMap: {{name: small}}
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {SLEEPER:?}]
+    volumeMounts:
+    - {{name: cfg, mountPath: /etc/cfg}}
+"#,
+        node = env.node
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&manifest));
+    let pod = wait_until(Duration::from_secs(60), "reader Running", || {
+        let p = cp.get_json(&["pod", &name])?;
+        if p["status"]["phase"] != "Running" {
+            return None;
+        }
+        serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(p).ok()
+    });
+    (env, pod)
+}
+
+async fn value(env: &Env, pod: &k8s_openapi::api::core::v1::Pod) -> String {
+    let (code, out) = exec_in(env, pod, "main", &["cat", "/etc/cfg/v"]).await;
+    assert_eq!(code, 0, "{out}");
+    out
+}
+
+#[tokio::test]
+async fn get_and_cache_strategies() {
+    let cp = ControlPlane::up("pull4");
+    cp.kubectl(&["create", "configmap", "small", "--from-literal=v=1"]);
+    let (get_env, get_pod) = small_reader(&cp, 214, "Get").await;
+    let (cache_env, cache_pod) = small_reader(&cp, 215, "Cache").await;
+    assert_eq!(value(&get_env, &get_pod).await, "1");
+    assert_eq!(value(&cache_env, &cache_pod).await, "1");
+
+    let t = Instant::now();
+    cp.kubectl(&[
+        "patch",
+        "configmap",
+        "small",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"v":"2"}}"#,
+    ]);
+    // Get: the next resync (2 s here) reads the new content.
+    loop {
+        if value(&get_env, &get_pod).await == "2" {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "Get did not update");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("Get strategy: update -> file in {:?}", t.elapsed());
+    // Cache: resyncs keep reusing the GET result for its TTL (1 min), so after several resync
+    // periods the file still has the old content.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(value(&cache_env, &cache_pod).await, "1");
+    // Neither strategy watches.
+    for env in [&get_env, &cache_env] {
+        assert!(!env.kubelet_log().contains("starting watch"));
+    }
+
+    cp.kubectl(&["delete", "pods", "--all", "--wait=false"]);
+    for (env, pod) in [(&get_env, &get_pod), (&cache_env, &cache_pod)] {
+        let dir = env.root.join("pods").join(uid(pod));
+        wait_until(Duration::from_secs(30), "pod directory removed", || {
+            (!dir.exists()).then_some(())
+        });
+    }
+}
