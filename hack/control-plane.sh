@@ -146,17 +146,19 @@ cmd_up() {
         --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
         --initial-cluster "default=http://127.0.0.1:$peer_port" >"$DIR/log/etcd.log" 2>&1 </dev/null &
     echo $! >"$DIR/etcd.pid"
-    # The controller-manager is not run, so no token controller: ServiceAccount admission would
-    # reject every pod without a token; tests' pods set automountServiceAccountToken: false.
+    # ServiceAccount admission with BoundServiceAccountTokenVolume injects the kube-api-access-*
+    # projected volume (TokenRequest token, kube-root-ca.crt, namespace) into pods, as clusters
+    # do from 1.21 on; it needs no token controller. The controller-manager is not run, so the
+    # two objects it would publish (the `default` ServiceAccount and the kube-root-ca.crt
+    # ConfigMap) are created below for the `default` namespace.
     local args=(--etcd-servers "http://127.0.0.1:$etcd_port"
         --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0
         --client-ca-file "$PKI/ca.crt" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
-        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
-        --disable-admission-plugins ServiceAccount
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,ServiceAccount
         --service-account-issuer https://kubernetes.default.svc.cluster.local
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key"
         --service-cluster-ip-range 10.96.0.0/12 --allow-privileged=true
-        --feature-gates EphemeralContainers=true
+        --feature-gates EphemeralContainers=true,BoundServiceAccountTokenVolume=true
         --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
         --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
         --kubelet-preferred-address-types InternalIP,Hostname)
@@ -185,7 +187,17 @@ EOF
     # SubjectAccessReview: nodes/proxy, log, stats, metrics and spec via the bootstrap role.
     kubectl --kubeconfig "$DIR/admin.kubeconfig" create clusterrolebinding kube-apiserver-kubelet-api-admin \
         --clusterrole=system:kubelet-api-admin --user=kube-apiserver-kubelet-client >/dev/null
+    service_account_objects default
     cat "$DIR/env"
+}
+
+# service_account_objects NS: what the controller-manager's service account and root CA
+# publisher controllers create in every namespace.
+service_account_objects() {
+    local ns="$1"
+    kubectl --kubeconfig "$DIR/admin.kubeconfig" -n "$ns" create serviceaccount default >/dev/null
+    kubectl --kubeconfig "$DIR/admin.kubeconfig" -n "$ns" create configmap kube-root-ca.crt \
+        --from-file=ca.crt="$PKI/ca.crt" >/dev/null
 }
 
 start_apiserver() {

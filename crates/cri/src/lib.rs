@@ -185,6 +185,13 @@ impl CriClient {
         ListContainerStatsResponse
     );
     rpc!(
+        /// Pod-level usage, of which the stats endpoints use the sandbox's network and processes.
+        list_pod_sandbox_stats,
+        runtime,
+        ListPodSandboxStatsRequest,
+        ListPodSandboxStatsResponse
+    );
+    rpc!(
         /// Runtime conditions (RuntimeReady, NetworkReady).
         status, runtime, StatusRequest, StatusResponse
     );

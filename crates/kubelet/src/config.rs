@@ -1,10 +1,15 @@
 //! Kubelet configuration: defaults, the `KubeletConfiguration` v1beta1 file, and validation.
 //!
-//! Mirrors upstream `pkg/kubelet/apis/config` (+ `v1beta1` defaults): the file is read leniently like
-//! upstream's fallback decoder (unknown fields are warnings naming the field), every invalid value is
-//! reported at once with its field path, and command-line flags are applied on top by the binary.
+//! Mirrors upstream `pkg/kubelet/apis/config` (+ `v1beta1` defaults) and `cmd/kubelet/app`'s
+//! layering: v1beta1 defaults (or the flags' legacy defaults without `--config`), the `--config`
+//! file, `--config-dir` drop-ins (`*.conf`, lexical order, JSON merge patch), then command-line
+//! flags. The file is read leniently like upstream's v1beta1 fallback decoder (unknown fields are
+//! warnings naming the field path; wrong types are errors), and every invalid value is reported at
+//! once with its field path. The merged tree is kept for `/configz`.
 
-use std::collections::BTreeMap;
+pub mod schema;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -116,6 +121,11 @@ pub struct KubeletConfig {
     /// `featureGates.KubeletFineGrainedAuthz` (upstream beta, on by default since 1.33): `/pods`,
     /// `/healthz` and `/configz` are first checked against their own subresource, then `proxy`.
     pub fine_grained_authz: bool,
+    /// `logging.verbosity` / `-v`: klog's level, mapped onto tracing levels by the binary.
+    pub log_verbosity: u32,
+    /// The effective `KubeletConfiguration` v1beta1 tree (defaults, file, drop-ins, flags), every
+    /// field included, for `/configz`; the typed fields above are what rkubelet acts on.
+    pub v1beta1: Value,
 }
 
 /// Upstream `KubeletAuthentication`. The file's defaults (anonymous off, webhook on) differ from
@@ -228,197 +238,222 @@ impl Default for KubeletConfig {
             authorization: Authorization::default(),
             enable_debugging_handlers: true,
             fine_grained_authz: true,
+            log_verbosity: 0,
+            v1beta1: schema::defaults_tree(),
         }
     }
 }
 
-/// Every field of upstream's v1beta1 `KubeletConfiguration` (through 1.33). Fields in this list that
-/// rkubelet does not act on yet get a "not supported yet" warning instead of an "unknown field" one.
-const UPSTREAM_FIELDS: &[&str] = &[
-    "enableServer",
-    "staticPodPath",
-    "podLogsDir",
-    "syncFrequency",
-    "fileCheckFrequency",
-    "httpCheckFrequency",
-    "staticPodURL",
-    "staticPodURLHeader",
-    "address",
-    "port",
-    "readOnlyPort",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "tlsCipherSuites",
-    "tlsMinVersion",
-    "rotateCertificates",
-    "serverTLSBootstrap",
-    "authentication",
-    "authorization",
-    "registryPullQPS",
-    "registryBurst",
-    "imagePullCredentialsVerificationPolicy",
-    "preloadedImagesVerificationAllowlist",
-    "eventRecordQPS",
-    "eventBurst",
-    "enableDebuggingHandlers",
-    "enableContentionProfiling",
-    "healthzPort",
-    "healthzBindAddress",
-    "oomScoreAdj",
-    "clusterDomain",
-    "clusterDNS",
-    "streamingConnectionIdleTimeout",
-    "nodeStatusUpdateFrequency",
-    "nodeStatusReportFrequency",
-    "nodeLeaseDurationSeconds",
-    "imageMinimumGCAge",
-    "imageMaximumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "volumeStatsAggPeriod",
-    "kubeletCgroups",
-    "systemCgroups",
-    "cgroupRoot",
-    "cgroupsPerQOS",
-    "cgroupDriver",
-    "cpuManagerPolicy",
-    "singleProcessOOMKill",
-    "cpuManagerPolicyOptions",
-    "cpuManagerReconcilePeriod",
-    "memoryManagerPolicy",
-    "topologyManagerPolicy",
-    "topologyManagerScope",
-    "topologyManagerPolicyOptions",
-    "qosReserved",
-    "runtimeRequestTimeout",
-    "hairpinMode",
-    "maxPods",
-    "podCIDR",
-    "podPidsLimit",
-    "resolvConf",
-    "runOnce",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
-    "nodeStatusMaxImages",
-    "maxOpenFiles",
-    "contentType",
-    "kubeAPIQPS",
-    "kubeAPIBurst",
-    "serializeImagePulls",
-    "maxParallelImagePulls",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim",
-    "mergeDefaultEvictionSettings",
-    "podsPerCore",
-    "enableControllerAttachDetach",
-    "protectKernelDefaults",
-    "makeIPTablesUtilChains",
-    "iptablesMasqueradeBit",
-    "iptablesDropBit",
-    "featureGates",
-    "failSwapOn",
-    "memorySwap",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
-    "containerLogMaxWorkers",
-    "containerLogMonitorInterval",
-    "configMapAndSecretChangeDetectionStrategy",
-    "systemReserved",
-    "kubeReserved",
-    "reservedSystemCPUs",
-    "showHiddenMetricsForVersion",
-    "systemReservedCgroup",
-    "kubeReservedCgroup",
-    "enforceNodeAllocatable",
-    "allowedUnsafeSysctls",
-    "volumePluginDir",
-    "providerID",
-    "kernelMemcgNotification",
-    "logging",
-    "enableSystemLogHandler",
-    "enableSystemLogQuery",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority",
-    "crashLoopBackOff",
-    "reservedMemory",
-    "enableProfilingHandler",
-    "enableDebugFlagsHandler",
-    "seccompDefault",
-    "memoryThrottlingFactor",
-    "registerWithTaints",
-    "registerNode",
-    "tracing",
-    "localStorageCapacityIsolation",
-    "containerRuntimeEndpoint",
-    "imageServiceEndpoint",
-    "failCgroupV1",
-    "userNamespaces",
-];
-
-/// What reading a config file produced: the config (defaults + file) and warnings to log.
+/// What loading produced: the config and warnings to log.
 #[derive(Debug)]
 pub struct Loaded {
     pub config: KubeletConfig,
     pub warnings: Vec<String>,
-    /// Whether the file set `readOnlyPort` (the binary's flag default differs from the file default).
-    pub read_only_port_set: bool,
 }
 
-/// Reads a `KubeletConfiguration` file (YAML or JSON) over the defaults.
+/// Where the configuration comes from, lowest precedence first (after the defaults).
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// `--config`.
+    pub file: Option<PathBuf>,
+    /// `--config-dir`: `*.conf` drop-ins, walked recursively in lexical order as upstream.
+    pub dir: Option<PathBuf>,
+    /// Values of flags that set config fields, by field path in command-line order; they win
+    /// over everything (upstream's `kubeletConfigFlagPrecedence`). `featureGates` merges with the
+    /// file's gates, every other field replaces.
+    pub flags: Vec<(String, Value)>,
+}
+
+/// Reads a single `KubeletConfiguration` file (YAML or JSON) over the defaults.
 pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse(&text).map_err(|e| match e {
-        ConfigError::Parse { message, .. } => ConfigError::Parse {
-            path: path.to_path_buf(),
-            message,
-        },
-        ConfigError::Invalid { errors, .. } => ConfigError::Invalid {
-            path: Some(path.to_path_buf()),
-            errors,
-        },
-        other => other,
+    load(&Sources {
+        file: Some(path.to_path_buf()),
+        ..Sources::default()
     })
 }
 
-/// Parses config text; see [`load_file`].
-pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-        path: PathBuf::new(),
-        message: e.to_string(),
-    })?;
-    let Value::Object(map) = value else {
-        return Err(ConfigError::Parse {
-            path: PathBuf::new(),
-            message: "top level must be a mapping".into(),
-        });
+/// Defaults, `--config`, `--config-dir` drop-ins, then flags; see the module doc.
+pub fn load(src: &Sources) -> Result<Loaded, ConfigError> {
+    let file = match &src.file {
+        Some(path) => Some((read(path)?, path.clone())),
+        None => None,
     };
-    let mut r = Reader {
-        map: map.into_iter().collect(),
-        errors: Vec::new(),
-    };
-    let mut cfg = KubeletConfig::default();
-    let mut warnings = Vec::new();
+    let mut dropins = Vec::new();
+    if let Some(dir) = &src.dir {
+        let mut paths = Vec::new();
+        walk_conf(dir, &mut paths)?;
+        paths.sort();
+        for p in paths {
+            dropins.push((read(&p)?, p));
+        }
+    }
+    layered(
+        file.as_ref().map(|(t, p)| (t.as_str(), Some(p.as_path()))),
+        &dropins,
+        &src.flags,
+    )
+}
 
-    match r.map.get("kind").and_then(Value::as_str) {
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Upstream walks the drop-in directory recursively (`filepath.WalkDir`) and takes `*.conf`.
+fn walk_conf(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConfigError> {
+    let rd = std::fs::read_dir(dir).map_err(|source| ConfigError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in rd {
+        let entry = entry.map_err(|source| ConfigError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let p = entry.path();
+        if p.is_dir() {
+            walk_conf(&p, out)?;
+        } else if p.extension().is_some_and(|e| e == "conf") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Parses config text as the `--config` file; see [`load`].
+pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
+    layered(Some((text, None)), &[], &[])
+}
+
+/// One file's mapping, `kind`/`apiVersion` checked and removed, wrong types and unknown fields
+/// taken out (reported through `errors`/`warnings`).
+fn layer(
+    text: &str,
+    path: Option<&Path>,
+    errors: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+    set: &mut BTreeSet<String>,
+) -> Result<serde_json::Map<String, Value>, ConfigError> {
+    let parse_err = |message: String| ConfigError::Parse {
+        path: path.map(Path::to_path_buf).unwrap_or_default(),
+        message,
+    };
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+    let Value::Object(mut map) = value else {
+        return Err(parse_err("top level must be a mapping".into()));
+    };
+    let mut errs = Vec::new();
+    match map.remove("kind").as_ref().and_then(Value::as_str) {
         Some("KubeletConfiguration") => {}
-        other => r.errors.push(format!(
+        other => errs.push(format!(
             "kind: must be \"KubeletConfiguration\", got {other:?}"
         )),
     }
-    match r.map.get("apiVersion").and_then(Value::as_str) {
+    match map.remove("apiVersion").as_ref().and_then(Value::as_str) {
         Some("kubelet.config.k8s.io/v1beta1") => {}
-        other => r.errors.push(format!(
+        other => errs.push(format!(
             "apiVersion: must be \"kubelet.config.k8s.io/v1beta1\", got {other:?}"
         )),
     }
+    let mut checked = schema::Checked::default();
+    schema::check_layer(&mut map, "", &mut checked);
+    errs.extend(checked.errors);
+    let whence = path
+        .map(|p| format!(" in {}", p.display()))
+        .unwrap_or_default();
+    for u in checked.unknown {
+        warnings.push(format!(
+            "unknown config field {u:?}{whence}; ignored (upstream's lenient v1beta1 decoding drops it too)"
+        ));
+    }
+    set.extend(checked.set);
+    errors.extend(errs);
+    Ok(map)
+}
+
+/// The layering itself, on texts already read.
+fn layered(
+    file: Option<(&str, Option<&Path>)>,
+    dropins: &[(String, PathBuf)],
+    flags: &[(String, Value)],
+) -> Result<Loaded, ConfigError> {
+    let mut tree = schema::defaults_tree();
+    let mut warnings = Vec::new();
+    let mut errors = Vec::new();
+    let mut set = BTreeSet::new();
+    match file {
+        Some((text, path)) => {
+            let l = layer(text, path, &mut errors, &mut warnings, &mut set)?;
+            schema::merge(&mut tree, &l, schema::Merge::File, "");
+        }
+        None => {
+            // Upstream `applyLegacyDefaults`: without a file the flags keep their historical,
+            // open defaults.
+            schema::set_path(&mut tree, "readOnlyPort", 10255.into());
+            schema::set_path(&mut tree, "authentication.anonymous.enabled", true.into());
+            schema::set_path(&mut tree, "authentication.webhook.enabled", false.into());
+            schema::set_path(&mut tree, "authorization.mode", "AlwaysAllow".into());
+        }
+    }
+    for (text, path) in dropins {
+        let mut errs = Vec::new();
+        let l = layer(text, Some(path), &mut errs, &mut warnings, &mut set)?;
+        errors.extend(errs.into_iter().map(|e| format!("{}: {e}", path.display())));
+        schema::merge(&mut tree, &l, schema::Merge::DropIn, "");
+    }
+    for (path, v) in flags {
+        match (path.as_str(), v) {
+            ("featureGates", Value::Object(gates)) => {
+                let mut m = serde_json::Map::new();
+                m.insert("featureGates".into(), Value::Object(gates.clone()));
+                schema::merge(&mut tree, &m, schema::Merge::DropIn, "");
+            }
+            _ => schema::set_path(&mut tree, path, v.clone()),
+        }
+    }
+    for p in &set {
+        let status = schema::field(p).map(|f| f.status);
+        match status {
+            Some(schema::Status::NotYet) => warnings.push(format!(
+                "config field {p:?} is not supported by rkubelet yet; ignored"
+            )),
+            Some(schema::Status::Ignored) => warnings.push(format!(
+                "config field {p:?} has no effect in rkubelet; ignored"
+            )),
+            _ => {}
+        }
+    }
+    validate_tree(&tree, &mut errors);
+    let cfg = from_tree(tree, &mut errors, &mut warnings);
+    validate(&cfg, &mut errors);
+    if !errors.is_empty() {
+        return Err(ConfigError::Invalid {
+            path: file.and_then(|(_, p)| p).map(Path::to_path_buf),
+            errors,
+        });
+    }
+    Ok(Loaded {
+        config: cfg,
+        warnings,
+    })
+}
+
+/// The typed config rkubelet acts on, read from the merged tree (which stays in `v1beta1`).
+fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) -> KubeletConfig {
+    let map = match &tree {
+        Value::Object(m) => m.clone().into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    let mut r = Reader {
+        map,
+        errors: Vec::new(),
+    };
+    let mut cfg = KubeletConfig {
+        v1beta1: tree,
+        ..KubeletConfig::default()
+    };
     r.path("staticPodPath", &mut cfg.static_pod_path);
     if let Some(p) = r.string("podLogsDir") {
         cfg.pod_logs_dir = PathBuf::from(p);
@@ -431,7 +466,6 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
     r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
     r.duration("runtimeRequestTimeout", &mut cfg.runtime_request_timeout);
     r.ip("address", &mut cfg.address);
-    let read_only_port_set = r.map.contains_key("readOnlyPort");
     r.port("readOnlyPort", &mut cfg.read_only_port);
     r.port("healthzPort", &mut cfg.healthz_port);
     r.ip("healthzBindAddress", &mut cfg.healthz_bind_address);
@@ -510,8 +544,7 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
     if let Some(mut a) = r.section("authentication") {
         if let Some(mut x) = a.section("x509") {
             x.path("clientCAFile", &mut cfg.authentication.client_ca_file);
-            r.errors
-                .extend(x.finish("authentication.x509", &mut warnings));
+            r.errors.extend(x.finish("authentication.x509", warnings));
         }
         if let Some(mut w) = a.section("webhook") {
             if let Some(b) = w.bool("enabled") {
@@ -519,16 +552,16 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
             }
             w.duration("cacheTTL", &mut cfg.authentication.webhook_cache_ttl);
             r.errors
-                .extend(w.finish("authentication.webhook", &mut warnings));
+                .extend(w.finish("authentication.webhook", warnings));
         }
         if let Some(mut an) = a.section("anonymous") {
             if let Some(b) = an.bool("enabled") {
                 cfg.authentication.anonymous_enabled = b;
             }
             r.errors
-                .extend(an.finish("authentication.anonymous", &mut warnings));
+                .extend(an.finish("authentication.anonymous", warnings));
         }
-        r.errors.extend(a.finish("authentication", &mut warnings));
+        r.errors.extend(a.finish("authentication", warnings));
     }
     if let Some(mut a) = r.section("authorization") {
         if let Some(m) = a.string("mode") {
@@ -546,10 +579,9 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
                 "cacheUnauthorizedTTL",
                 &mut cfg.authorization.cache_unauthorized_ttl,
             );
-            r.errors
-                .extend(w.finish("authorization.webhook", &mut warnings));
+            r.errors.extend(w.finish("authorization.webhook", warnings));
         }
-        r.errors.extend(a.finish("authorization", &mut warnings));
+        r.errors.extend(a.finish("authorization", warnings));
     }
     if let Some(mut g) = r.section("featureGates") {
         if let Some(b) = g.bool("KubeletFineGrainedAuthz") {
@@ -560,32 +592,25 @@ pub fn parse(text: &str) -> Result<Loaded, ConfigError> {
                 "feature gate {gate:?} is not supported by rkubelet; ignored"
             ));
         }
-        r.errors.extend(g.finish("featureGates", &mut warnings));
+        r.errors.extend(g.finish("featureGates", warnings));
     }
-    for key in r.map.keys() {
-        if key == "kind" || key == "apiVersion" {
-            continue;
-        }
-        if UPSTREAM_FIELDS.contains(&key.as_str()) {
-            warnings.push(format!(
-                "config field {key:?} is not supported by rkubelet yet; ignored"
-            ));
-        } else {
-            warnings.push(format!("unknown config field {key:?}; ignored"));
+    if let Some(v) = r.take("registerWithTaints") {
+        match serde_json::from_value(v) {
+            Ok(t) => cfg.register_with_taints = t,
+            Err(e) => r.errors.push(format!("registerWithTaints: {e}")),
         }
     }
-    validate(&cfg, &mut r.errors);
-    if !r.errors.is_empty() {
-        return Err(ConfigError::Invalid {
-            path: None,
-            errors: r.errors,
-        });
+    if let Some(mut l) = r.section("logging") {
+        if let Some(v) = l.int("verbosity") {
+            match u32::try_from(v) {
+                Ok(v) => cfg.log_verbosity = v,
+                Err(_) => l.errors.push(format!("verbosity: must be >= 0, got {v}")),
+            }
+        }
+        r.errors.extend(l.finish("logging", warnings));
     }
-    Ok(Loaded {
-        config: cfg,
-        warnings,
-        read_only_port_set,
-    })
+    errors.append(&mut r.errors);
+    cfg
 }
 
 /// Checks values that have no valid meaning (upstream `validation.ValidateKubeletConfiguration`).
@@ -633,6 +658,107 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
         errors.push(format!(
             "container logs dir: must be an absolute path, got {:?}",
             cfg.container_logs_dir
+        ));
+    }
+}
+
+/// Upstream `validation.ValidateKubeletConfiguration` checks on fields rkubelet keeps only in
+/// the tree, with upstream's wording (field, flag, value) so operators recognise them.
+fn validate_tree(t: &Value, errors: &mut Vec<String>) {
+    let int = |p: &str| schema::get_path(t, p).and_then(Value::as_i64);
+    let mut nonneg = |field: &str, flag: &str| {
+        if let Some(v) = int(field).filter(|v| *v < 0) {
+            errors.push(format!(
+                "{field} (--{flag}): {v} must not be a negative number"
+            ));
+        }
+    };
+    nonneg("registryPullQPS", "registry-qps");
+    nonneg("registryBurst", "registry-burst");
+    nonneg("kubeAPIQPS", "kube-api-qps");
+    nonneg("kubeAPIBurst", "kube-api-burst");
+    nonneg("maxOpenFiles", "max-open-files");
+    nonneg("podsPerCore", "pods-per-core");
+    let high = int("imageGCHighThresholdPercent");
+    let low = int("imageGCLowThresholdPercent");
+    for (field, flag, v) in [
+        (
+            "imageGCHighThresholdPercent",
+            "image-gc-high-threshold",
+            high,
+        ),
+        ("imageGCLowThresholdPercent", "image-gc-low-threshold", low),
+    ] {
+        if let Some(v) = v.filter(|v| !(0..=100).contains(v)) {
+            errors.push(format!(
+                "{field} (--{flag}): {v} must be between 0 and 100, inclusive"
+            ));
+        }
+    }
+    if let (Some(h), Some(l)) = (high, low) {
+        if l >= h {
+            errors.push(format!(
+                "imageGCLowThresholdPercent (--image-gc-low-threshold): {l} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {h}"
+            ));
+        }
+    }
+    if let Some(v) = int("oomScoreAdj").filter(|v| !(-1000..=1000).contains(v)) {
+        errors.push(format!(
+            "oomScoreAdj (--oom-score-adj): {v} must be between -1000 and 1000, inclusive"
+        ));
+    }
+    if let Some(v) = int("nodeLeaseDurationSeconds").filter(|v| *v <= 0) {
+        errors.push(format!(
+            "nodeLeaseDurationSeconds: {v} must be greater than 0"
+        ));
+    }
+    let s = |p: &str| schema::get_path(t, p).and_then(Value::as_str);
+    for (field, flag, allowed) in [
+        (
+            "hairpinMode",
+            "hairpin-mode",
+            &["promiscuous-bridge", "hairpin-veth", "none"][..],
+        ),
+        (
+            "cgroupDriver",
+            "cgroup-driver",
+            &["cgroupfs", "systemd"][..],
+        ),
+        (
+            "topologyManagerPolicy",
+            "topology-manager-policy",
+            &["none", "best-effort", "restricted", "single-numa-node"][..],
+        ),
+        (
+            "topologyManagerScope",
+            "topology-manager-scope",
+            &["container", "pod"][..],
+        ),
+        (
+            "configMapAndSecretChangeDetectionStrategy",
+            "",
+            &["Get", "Cache", "Watch"][..],
+        ),
+        ("logging.format", "logging-format", &["text", "json"][..]),
+    ] {
+        if let Some(v) = s(field).filter(|v| !allowed.contains(v)) {
+            let flag = if flag.is_empty() {
+                String::new()
+            } else {
+                format!(" (--{flag})")
+            };
+            errors.push(format!(
+                "{field}{flag}: {v:?} must be one of {}",
+                allowed.join(", ")
+            ));
+        }
+    }
+    if let Some(v) = schema::get_path(t, "memoryThrottlingFactor")
+        .and_then(Value::as_f64)
+        .filter(|v| *v <= 0.0 || *v > 1.0)
+    {
+        errors.push(format!(
+            "memoryThrottlingFactor: {v} must be greater than 0 and less than or equal to 1.0"
         ));
     }
 }
@@ -740,11 +866,9 @@ impl Reader {
             }
         }
     }
-    /// The section's errors prefixed with its path; its unread keys become warnings.
-    fn finish(self, prefix: &str, warnings: &mut Vec<String>) -> Vec<String> {
-        for key in self.map.keys() {
-            warnings.push(format!("unknown config field \"{prefix}.{key}\"; ignored"));
-        }
+    /// The section's errors prefixed with its path. Unread keys are fields rkubelet does not act
+    /// on; the schema pass already warned about those a file set.
+    fn finish(self, prefix: &str, _warnings: &mut [String]) -> Vec<String> {
         self.errors
             .into_iter()
             .map(|e| format!("{prefix}.{e}"))
@@ -938,7 +1062,7 @@ mod tests {
         );
         assert_eq!(
             l.warnings,
-            vec!["unknown config field \"authentication.bogus\"; ignored"]
+            vec!["unknown config field \"authentication.bogus\"; ignored (upstream's lenient v1beta1 decoding drops it too)"]
         );
         let e = parse(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
@@ -979,7 +1103,6 @@ mod tests {
         );
         assert_eq!(l.config.sync_frequency, Duration::from_secs(30));
         assert_eq!(l.config.read_only_port, 10255);
-        assert!(l.read_only_port_set);
         assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
         assert!(l
             .warnings

@@ -75,7 +75,26 @@ pub fn configz(cfg: &KubeletConfig) -> Value {
             );
         }
     }
-    json!({ "kubeletconfig": kc })
+    // Every upstream field from the effective tree, with what rkubelet actually runs with on top.
+    let mut full = cfg.v1beta1.clone();
+    overlay(&mut full, kc);
+    json!({ "kubeletconfig": full })
+}
+
+fn overlay(base: &mut Value, top: Value) {
+    match (base, top) {
+        (Value::Object(b), Value::Object(t)) => {
+            for (k, v) in t {
+                match b.get_mut(&k) {
+                    Some(slot) if slot.is_object() && v.is_object() => overlay(slot, v),
+                    _ => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, t) => *b = t,
+    }
 }
 
 #[cfg(test)]
@@ -95,5 +114,10 @@ mod tests {
         assert_eq!(kc["containerLogMaxSize"], "10240Ki");
         assert_eq!(kc["port"], 10250);
         assert!(kc.get("tlsCertFile").is_none());
+        // Fields rkubelet does not act on still show with upstream's defaults.
+        assert_eq!(kc["cgroupDriver"], "cgroupfs");
+        assert_eq!(kc["evictionHard"]["memory.available"], "100Mi");
+        assert_eq!(kc["logging"]["format"], "text");
+        assert_eq!(kc["kind"], "KubeletConfiguration");
     }
 }

@@ -177,11 +177,12 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     let (status_mgr, status) = StatusManager::new(api_queue);
     tasks.spawn(status_mgr.run(cancel.child_token()));
 
-    let stats_source = crate::stats::StatsSource {
-        cri: cri.clone(),
-        node_name: cfg.node_name.clone(),
-        root_dir: cfg.root_dir.clone(),
-    };
+    let stats_source = crate::stats::StatsSource::new(
+        cri.clone(),
+        cfg.node_name.clone(),
+        cfg.root_dir.clone(),
+        cfg.pod_logs_dir.clone(),
+    );
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
         let srv = server::bind(
@@ -335,6 +336,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         node_ip: node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
         allocatable: node_view.allocatable.clone(),
         objects,
+        tokens: crate::token::TokenManager::new(client.clone()),
     });
 
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);

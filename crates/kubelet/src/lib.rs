@@ -9,6 +9,7 @@ pub mod credentials;
 pub mod dns;
 pub mod events;
 pub mod expansion;
+pub mod flags;
 pub mod health;
 pub mod hosts;
 pub mod images;
@@ -31,6 +32,7 @@ pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod sysctl;
+pub mod token;
 pub mod volumes;
 
 pub use config::KubeletConfig;

@@ -272,7 +272,7 @@ pub fn pod_refs(pod: &Pod) -> std::collections::BTreeSet<(ObjectKind, String)> {
     refs
 }
 
-/// The objects a pod's configMap and secret volumes reference.
+/// The objects a pod's configMap and secret volumes and projected sources reference.
 pub fn volume_refs(pod: &Pod) -> Vec<(ObjectKind, String)> {
     let mut refs = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
@@ -284,6 +284,14 @@ pub fn volume_refs(pod: &Pod) -> Vec<(ObjectKind, String)> {
                 ObjectKind::Secret,
                 s.secret_name.clone().unwrap_or_default(),
             ));
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(cm) = &src.config_map {
+                refs.push((ObjectKind::ConfigMap, cm.name.clone()));
+            }
+            if let Some(s) = &src.secret {
+                refs.push((ObjectKind::Secret, s.name.clone()));
+            }
         }
     }
     refs

@@ -74,9 +74,17 @@ async fn resource_metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Upstream's Summary API: node, pod and container usage in the `stats/v1alpha1` shape.
-async fn stats_summary(State(s): State<AppState>) -> Response {
-    let body = crate::stats::summary(&s.stats.cri, &s.stats.node_name, &s.stats.root_dir).await;
+/// Upstream's Summary API: node, pod and container usage in the `stats/v1alpha1` shape;
+/// `?only_cpu_and_memory=true` (what metrics-server before 0.6 asks) skips the rest.
+async fn stats_summary(
+    State(s): State<AppState>,
+    axum::extract::RawQuery(q): axum::extract::RawQuery,
+) -> Response {
+    let only = q.as_deref().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == "only_cpu_and_memory=true" || kv == "only_cpu_and_memory=1")
+    });
+    let body = crate::stats::summary_json(&s.stats, only).await;
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

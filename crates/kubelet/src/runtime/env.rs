@@ -265,8 +265,9 @@ fn split_subscript(path: &str) -> Option<(&str, &str)> {
     (!p.is_empty()).then_some((p, sub))
 }
 
-/// Upstream `fieldpath.ExtractFieldPathAsString` for a pod's metadata.
-fn extract_field_path(pod: &Pod, path: &str) -> Result<String, String> {
+/// Upstream `fieldpath.ExtractFieldPathAsString` for a pod's metadata (what downwardAPI volume
+/// files show).
+pub fn extract_field_path(pod: &Pod, path: &str) -> Result<String, String> {
     let m = &pod.metadata;
     let empty = BTreeMap::new();
     let labels = m.labels.as_ref().unwrap_or(&empty);
@@ -388,6 +389,31 @@ fn default_limits(
     let mut c = c.clone();
     merge(&mut c);
     (p, c)
+}
+
+/// Upstream `ExtractResourceValueByContainerNameAndNodeAllocatable`, for downwardAPI volume
+/// files: the named container's (regular first, then init containers) value, with unset limits
+/// read as node allocatable.
+pub fn resource_value_by_container_name(
+    fs: &ResourceFieldSelector,
+    pod: &Pod,
+    container_name: &str,
+    allocatable: &BTreeMap<String, Quantity>,
+) -> Result<String, String> {
+    let spec = pod.spec.as_ref();
+    let found = spec
+        .map(|s| s.containers.iter())
+        .into_iter()
+        .flatten()
+        .chain(
+            spec.and_then(|s| s.init_containers.as_ref())
+                .into_iter()
+                .flatten(),
+        )
+        .find(|x| x.name == container_name)
+        .ok_or_else(|| format!("container {container_name} not found"))?;
+    let (_, c) = default_limits(pod, found, allocatable);
+    extract_container_resource_value(fs, &c)
 }
 
 /// `resourceFieldRef` (upstream `containerResourceRuntimeValue`): the container's own, or the

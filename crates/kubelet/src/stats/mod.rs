@@ -5,7 +5,11 @@
 //! `/metrics/resource` is what metrics-server scrapes; it is rendered here in upstream's names
 //! and label sets, with the sample times as Prometheus timestamps, as upstream does.
 
+pub mod ephemeral;
+pub mod fs;
+pub mod net;
 mod node;
+pub mod sandbox;
 pub mod summary;
 
 use std::collections::BTreeMap;
@@ -15,19 +19,41 @@ use rkubelet_cri::{api, CriClient};
 
 use crate::runtime::labels;
 
+pub use ephemeral::{EphemeralStorage, PodEphemeral, PodKey};
 pub use node::{node_usage, NodeUsage};
 
-/// What the stats endpoints read from: the runtime, and the node's name and root directory.
+/// What the stats endpoints read from: the runtime, the node's name and root directory, and the
+/// pods' ephemeral storage measures (shared with whoever else needs them).
 #[derive(Clone)]
 pub struct StatsSource {
     pub cri: CriClient,
     pub node_name: String,
     pub root_dir: std::path::PathBuf,
+    pub ephemeral: EphemeralStorage,
+}
+
+impl StatsSource {
+    pub fn new(
+        cri: CriClient,
+        node_name: String,
+        root_dir: std::path::PathBuf,
+        pod_logs_dir: std::path::PathBuf,
+    ) -> Self {
+        let ephemeral =
+            EphemeralStorage::new(root_dir.clone(), pod_logs_dir, ephemeral::DEFAULT_PERIOD);
+        StatsSource {
+            cri,
+            node_name,
+            root_dir,
+            ephemeral,
+        }
+    }
 }
 
 /// One container's usage, as the runtime reports it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerUsage {
+    pub id: String,
     pub name: String,
     pub pod: String,
     pub namespace: String,
@@ -39,8 +65,13 @@ pub struct ContainerUsage {
     pub cpu_nano_cores: Option<u64>,
     pub memory_working_set_bytes: Option<u64>,
     pub memory_usage_bytes: Option<u64>,
+    pub memory_available_bytes: Option<u64>,
+    pub memory_rss_bytes: Option<u64>,
+    pub memory_page_faults: Option<u64>,
+    pub memory_major_page_faults: Option<u64>,
     /// Bytes used by the container's writable layer.
     pub writable_layer_bytes: Option<u64>,
+    pub writable_layer_inodes: Option<u64>,
     /// Unix nanoseconds the container was created (upstream uses it as its start time).
     pub started_ns: i64,
 }
@@ -94,7 +125,11 @@ pub async fn container_usage(cri: &CriClient) -> Result<Vec<ContainerUsage>, Sta
             let l = &attrs.labels;
             let cpu = s.cpu.as_ref();
             let mem = s.memory.as_ref();
+            let mem_v = |f: fn(&api::MemoryUsage) -> Option<&api::UInt64Value>| {
+                mem.and_then(f).map(|v| v.value)
+            };
             Some(ContainerUsage {
+                id: attrs.id.clone(),
                 name: l.get(labels::CONTAINER_NAME)?.clone(),
                 pod: l.get(labels::POD_NAME)?.clone(),
                 namespace: l.get(labels::POD_NAMESPACE)?.clone(),
@@ -112,11 +147,20 @@ pub async fn container_usage(cri: &CriClient) -> Result<Vec<ContainerUsage>, Sta
                 memory_working_set_bytes: mem
                     .and_then(|m| m.working_set_bytes.as_ref())
                     .map(|v| v.value),
-                memory_usage_bytes: mem.and_then(|m| m.usage_bytes.as_ref()).map(|v| v.value),
+                memory_usage_bytes: mem_v(|m| m.usage_bytes.as_ref()),
+                memory_available_bytes: mem_v(|m| m.available_bytes.as_ref()),
+                memory_rss_bytes: mem_v(|m| m.rss_bytes.as_ref()),
+                memory_page_faults: mem_v(|m| m.page_faults.as_ref()),
+                memory_major_page_faults: mem_v(|m| m.major_page_faults.as_ref()),
                 writable_layer_bytes: s
                     .writable_layer
                     .as_ref()
                     .and_then(|w| w.used_bytes.as_ref())
+                    .map(|v| v.value),
+                writable_layer_inodes: s
+                    .writable_layer
+                    .as_ref()
+                    .and_then(|w| w.inodes_used.as_ref())
                     .map(|v| v.value),
                 started_ns,
             })
@@ -261,6 +305,18 @@ pub fn resource_families(
             .map(|((ns, pod), (_, mem, t))| sample(pod_labels(ns, pod), GAUGE, *mem, ms(*t)))
             .collect(),
     ));
+    // The 1.20-era name (this project's API server), kept next to the stable one.
+    out.push(family(
+        "scrape_error",
+        "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise",
+        GAUGE,
+        vec![sample(
+            vec![],
+            GAUGE,
+            if scrape_error { 1.0 } else { 0.0 },
+            0,
+        )],
+    ));
     out.push(family(
         "resource_scrape_error",
         "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
@@ -277,9 +333,38 @@ pub fn resource_families(
     out
 }
 
-/// `/stats/summary` now: node from its cgroups and `root_dir`'s filesystem, pods and containers
-/// from the runtime. A source that fails is left out of the answer and logged.
-pub async fn summary(cri: &CriClient, node_name: &str, root_dir: &std::path::Path) -> Vec<u8> {
+/// The runtime's image filesystem: its usage from CRI `ImageFsInfo`, its size from the
+/// filesystem at the mountpoint the runtime names.
+async fn image_fs(cri: &CriClient) -> Option<(fs::DiskUsage, Option<fs::FsInfo>)> {
+    let r = cri
+        .image_fs_info(api::ImageFsInfoRequest {})
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "cannot read the image filesystem's usage"))
+        .ok()?;
+    let f = r.image_filesystems.first()?;
+    let used = fs::DiskUsage {
+        bytes: f.used_bytes.as_ref().map_or(0, |v| v.value),
+        inodes: f.inodes_used.as_ref().map_or(0, |v| v.value),
+    };
+    let info = f
+        .fs_id
+        .as_ref()
+        .and_then(|id| fs::fs_info(std::path::Path::new(&id.mountpoint)).ok());
+    Some((used, info))
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// `/stats/summary` now: node from its cgroups, /proc and `root_dir`'s filesystem; pods and
+/// containers from the runtime, /proc and the pods' directories (through the ephemeral storage
+/// cache). A source that fails is left out of the answer and logged.
+pub async fn summary(src: &StatsSource) -> summary::Summary {
+    let cri = &src.cri;
     let node = node_usage()
         .map_err(|e| tracing::warn!(error = %e, "cannot read node usage"))
         .ok();
@@ -287,14 +372,90 @@ pub async fn summary(cri: &CriClient, node_name: &str, root_dir: &std::path::Pat
         .await
         .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
         .unwrap_or_default();
-    let now = node.as_ref().map_or(0, |n| n.timestamp_ns);
-    let s = summary::build(
-        node_name,
-        node.as_ref(),
-        summary::fs_stats(root_dir, now),
-        summary::rlimit_stats(now),
-        &containers,
-    );
+    let sandboxes = sandbox::sandbox_usage(cri)
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "cannot read pod sandboxes"))
+        .unwrap_or_default();
+    let image_fs = image_fs(cri).await;
+    // Every pod's storage, with the writable layers the runtime just reported.
+    let mut layers: BTreeMap<PodKey, BTreeMap<String, fs::DiskUsage>> = sandboxes
+        .iter()
+        .map(|s| (s.pod.clone(), BTreeMap::new()))
+        .collect();
+    for c in &containers {
+        let key = PodKey {
+            namespace: c.namespace.clone(),
+            name: c.pod.clone(),
+            uid: c.pod_uid.clone(),
+        };
+        let used = fs::DiskUsage {
+            bytes: c.writable_layer_bytes.unwrap_or(0),
+            inodes: c.writable_layer_inodes.unwrap_or(0),
+        };
+        layers.entry(key).or_default().insert(c.name.clone(), used);
+    }
+    let mut ephemeral = BTreeMap::new();
+    for (pod, l) in layers {
+        let e = src.ephemeral.measure(&pod, l).await;
+        ephemeral.insert(pod, e);
+    }
+    let now = now_ns();
+    let node_network = net::read(std::path::Path::new("/proc/self"))
+        .map_err(|e| tracing::warn!(error = %e, "cannot read the node's network counters"))
+        .ok()
+        .and_then(|(ifaces, default)| summary::network_stats(&ifaces, default.as_deref(), now));
+    summary::build(&summary::Inputs {
+        node_name: &src.node_name,
+        now_ns: now,
+        node: node.as_ref(),
+        boot_ns: summary::boot_time_ns(),
+        node_fs: fs::fs_info(&src.root_dir)
+            .map_err(|e| tracing::warn!(error = %e, "cannot read the root filesystem"))
+            .ok(),
+        node_network,
+        image_fs,
+        rlimit: summary::rlimit_stats(now),
+        containers: &containers,
+        sandboxes: &sandboxes,
+        ephemeral: &ephemeral,
+    })
+}
+
+/// Upstream `GetCPUAndMemoryStats`: the summary's CPU and memory figures only, without walking
+/// any directory or asking the runtime for more than the containers' stats.
+pub async fn summary_cpu_and_memory(src: &StatsSource) -> summary::Summary {
+    let node = node_usage()
+        .map_err(|e| tracing::warn!(error = %e, "cannot read node usage"))
+        .ok();
+    let containers = container_usage(&src.cri)
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
+        .unwrap_or_default();
+    let mut s = summary::build(&summary::Inputs {
+        node_name: &src.node_name,
+        now_ns: now_ns(),
+        node: node.as_ref(),
+        boot_ns: summary::boot_time_ns(),
+        node_fs: None,
+        node_network: None,
+        image_fs: None,
+        rlimit: None,
+        containers: &containers,
+        sandboxes: &[],
+        ephemeral: &BTreeMap::new(),
+    });
+    summary::cpu_and_memory_only(&mut s);
+    s
+}
+
+/// [`summary`] (or with `only_cpu_and_memory`, [`summary_cpu_and_memory`]) as the endpoint's
+/// JSON body.
+pub async fn summary_json(src: &StatsSource, only_cpu_and_memory: bool) -> Vec<u8> {
+    let s = if only_cpu_and_memory {
+        summary_cpu_and_memory(src).await
+    } else {
+        summary(src).await
+    };
     serde_json::to_vec(&s).unwrap_or_default()
 }
 
@@ -336,14 +497,14 @@ mod tests {
             cpu_core_nanoseconds: Some(cpu),
             cpu_nano_cores: None,
             memory_working_set_bytes: Some(mem),
-            memory_usage_bytes: None,
-            writable_layer_bytes: None,
             started_ns: 1_699_999_999_000_000_000,
+            ..Default::default()
         };
         let node = NodeUsage {
             timestamp_ns: 1_700_000_000_000_000_000,
             cpu_core_nanoseconds: 5_500_000_000,
             memory_working_set_bytes: 1024,
+            memory_capacity_bytes: None,
         };
         let fams = resource_families(
             Some(&node),
@@ -365,6 +526,7 @@ mod tests {
             "pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 150 1700000000123",
             "container_start_time_seconds{container=\"a\",namespace=\"default\",pod=\"p\"} 1699999999 1700000000123",
             "resource_scrape_error 0",
+            "\nscrape_error 0",
             "# TYPE container_cpu_usage_seconds_total counter",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

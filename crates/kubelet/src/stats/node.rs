@@ -13,6 +13,9 @@ pub struct NodeUsage {
     pub timestamp_ns: i64,
     pub cpu_core_nanoseconds: u64,
     pub memory_working_set_bytes: u64,
+    /// The machine's memory (`MemTotal`); upstream's node `availableBytes` is it less the
+    /// working set.
+    pub memory_capacity_bytes: Option<u64>,
 }
 
 /// Errors reading the node's usage, naming the file.
@@ -99,6 +102,10 @@ pub fn node_usage() -> Result<NodeUsage, NodeStatsError> {
         timestamp_ns: now,
         cpu_core_nanoseconds: cpu_ns(root)?,
         memory_working_set_bytes: memory_working_set(root)?,
+        memory_capacity_bytes: std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| field(&m, "MemTotal"))
+            .map(|kib| kib * 1024),
     })
 }
 

@@ -1,6 +1,10 @@
 //! The Summary API (`/stats/summary`, upstream `k8s.io/kubelet/pkg/apis/stats/v1alpha1`) in its
-//! JSON shape: node CPU, memory, filesystem and process limits; per pod and per container CPU,
-//! memory, writable layer and logs. Pods' figures are the sums of their containers'.
+//! JSON shape: node CPU, memory, network, filesystems and process limits; per pod CPU, memory,
+//! network, volumes, ephemeral storage and process count; per container CPU, memory, writable
+//! layer and logs. Pods' CPU and memory are the sums of their containers'.
+//!
+//! Left out: `systemContainers` (rkubelet puts neither itself, the runtime nor pods under cgroups
+//! of its own to report), `swap`, accelerators and user-defined metrics.
 //!
 //! The types are written here because no published crate carries the kubelet's stats API.
 
@@ -11,6 +15,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use super::ephemeral::{PodEphemeral, PodKey};
+use super::fs::{fs_info, DiskUsage, FsInfo};
+use super::net::Interface;
+use super::sandbox::SandboxUsage;
 use super::{ContainerUsage, NodeUsage};
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -24,16 +32,52 @@ pub struct Summary {
 #[serde(rename_all = "camelCase")]
 pub struct NodeStats {
     pub node_name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The node's boot time (upstream: the root container's creation).
     pub start_time: Option<Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rlimit: Option<RlimitStats>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_fs: Option<FsStats>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStats {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_errors: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_errors: Option<u64>,
+}
+
+/// Upstream inlines the default interface's counters next to the list of all interfaces.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkStats {
+    pub time: Option<Time>,
+    #[serde(flatten)]
+    pub default: InterfaceStats,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStats>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -56,6 +100,12 @@ pub struct MemoryStats {
     pub usage_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub working_set_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_faults: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub major_page_faults: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -91,24 +141,45 @@ pub struct PodReference {
     pub uid: String,
 }
 
+/// A volume's usage; `pvcRef` is absent as no plugin here is backed by a claim.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStats {
+    #[serde(flatten)]
+    pub fs: FsStats,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ProcessStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<u64>,
+}
+
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStats {
     pub pod_ref: PodReference,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     pub containers: Vec<ContainerStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
+    #[serde(rename = "volume", skip_serializing_if = "Vec::is_empty")]
+    pub volume_stats: Vec<VolumeStats>,
+    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
+    pub ephemeral_storage: Option<FsStats>,
+    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStats {
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuStats>,
@@ -116,6 +187,8 @@ pub struct ContainerStats {
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<FsStats>,
 }
 
 fn time(ns: i64) -> Option<Time> {
@@ -127,19 +200,66 @@ fn time(ns: i64) -> Option<Time> {
 
 /// The node's filesystem holding `root_dir` (upstream: the kubelet's root directory's).
 pub fn fs_stats(root_dir: &Path, now_ns: i64) -> Option<FsStats> {
-    let v = nix::sys::statvfs::statvfs(root_dir).ok()?;
-    let frag = v.fragment_size() as u64;
-    let capacity = v.blocks() as u64 * frag;
-    let available = v.blocks_available() as u64 * frag;
-    let free = v.blocks_free() as u64 * frag;
-    Some(FsStats {
+    fs_info(root_dir).ok().map(|i| fs_of(&i, now_ns))
+}
+
+/// A whole filesystem's figures.
+pub fn fs_of(i: &FsInfo, now_ns: i64) -> FsStats {
+    FsStats {
         time: time(now_ns),
-        available_bytes: Some(available),
-        capacity_bytes: Some(capacity),
-        used_bytes: Some(capacity.saturating_sub(free)),
-        inodes_free: Some(v.files_free() as u64),
-        inodes: Some(v.files() as u64),
-        inodes_used: Some((v.files() as u64).saturating_sub(v.files_free() as u64)),
+        available_bytes: Some(i.available_bytes),
+        capacity_bytes: Some(i.capacity_bytes),
+        used_bytes: Some(i.capacity_bytes.saturating_sub(i.free_bytes)),
+        inodes_free: Some(i.inodes_free),
+        inodes: Some(i.inodes),
+        inodes_used: Some(i.inodes.saturating_sub(i.inodes_free)),
+    }
+}
+
+/// A part's usage on a filesystem (a volume, logs, a writable layer): used from the part, the
+/// rest from the filesystem holding it.
+pub fn usage_on(used: DiskUsage, on: Option<&FsInfo>, at_ns: i64) -> FsStats {
+    FsStats {
+        time: time(at_ns),
+        available_bytes: on.map(|i| i.available_bytes),
+        capacity_bytes: on.map(|i| i.capacity_bytes),
+        used_bytes: Some(used.bytes),
+        inodes_free: on.map(|i| i.inodes_free),
+        inodes: on.map(|i| i.inodes),
+        inodes_used: Some(used.inodes),
+    }
+}
+
+/// The node's boot time from /proc/stat's `btime`, in Unix nanoseconds.
+pub fn boot_time_ns() -> Option<i64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let secs: i64 = super::node::field(&stat, "btime")?.try_into().ok()?;
+    Some(secs * 1_000_000_000)
+}
+
+/// Network counters in the API's shape, the default interface's inlined.
+pub fn network_stats(
+    ifaces: &[Interface],
+    default: Option<&str>,
+    now_ns: i64,
+) -> Option<NetworkStats> {
+    let conv = |i: &Interface| InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: Some(i.rx_bytes),
+        rx_errors: Some(i.rx_errors),
+        tx_bytes: Some(i.tx_bytes),
+        tx_errors: Some(i.tx_errors),
+    };
+    if ifaces.is_empty() {
+        return None;
+    }
+    Some(NetworkStats {
+        time: time(now_ns),
+        default: default
+            .and_then(|d| ifaces.iter().find(|i| i.name == d))
+            .map(conv)
+            .unwrap_or_default(),
+        interfaces: ifaces.iter().map(conv).collect(),
     })
 }
 
@@ -167,24 +287,59 @@ pub fn rlimit_stats(now_ns: i64) -> Option<RlimitStats> {
     })
 }
 
-/// Assembles the summary: containers grouped into their pods (sorted by namespace and name),
-/// pods' CPU and memory the sums of their containers', a pod's start its first container's.
-pub fn build(
-    node_name: &str,
-    node: Option<&NodeUsage>,
-    node_fs: Option<FsStats>,
-    rlimit: Option<RlimitStats>,
-    containers: &[ContainerUsage],
-) -> Summary {
-    let mut pods: BTreeMap<(String, String, String), PodStats> = BTreeMap::new();
-    for c in containers {
-        let key = (c.namespace.clone(), c.pod.clone(), c.pod_uid.clone());
-        let p = pods.entry(key).or_insert_with(|| PodStats {
-            pod_ref: PodReference {
-                name: c.pod.clone(),
-                namespace: c.namespace.clone(),
-                uid: c.pod_uid.clone(),
-            },
+/// Everything the summary is assembled from, gathered by the caller.
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    pub node_name: &'a str,
+    pub now_ns: i64,
+    pub node: Option<&'a NodeUsage>,
+    pub boot_ns: Option<i64>,
+    pub node_fs: Option<FsInfo>,
+    pub node_network: Option<NetworkStats>,
+    /// The image filesystem: the runtime's usage, and the filesystem holding it.
+    pub image_fs: Option<(DiskUsage, Option<FsInfo>)>,
+    pub rlimit: Option<RlimitStats>,
+    pub containers: &'a [ContainerUsage],
+    pub sandboxes: &'a [SandboxUsage],
+    pub ephemeral: &'a BTreeMap<PodKey, PodEphemeral>,
+}
+
+/// Assembles the summary. Pods are the ready sandboxes (and any pod a running container names),
+/// sorted by namespace and name; their CPU and memory the sums of their containers', their start
+/// the sandbox's creation (else their first container's). Containers' writable layers and logs
+/// are reported against the image and log filesystems; the pod's ephemeral storage against the
+/// root filesystem, as upstream does.
+pub fn build(i: &Inputs<'_>) -> Summary {
+    let mut pods: BTreeMap<PodKey, PodStats> = BTreeMap::new();
+    let image_fs_info = i.image_fs.as_ref().and_then(|(_, f)| f.as_ref());
+    let pod_ref = |k: &PodKey| PodReference {
+        name: k.name.clone(),
+        namespace: k.namespace.clone(),
+        uid: k.uid.clone(),
+    };
+    for sb in i.sandboxes {
+        let p = pods.entry(sb.pod.clone()).or_insert_with(|| PodStats {
+            pod_ref: pod_ref(&sb.pod),
+            start_time: time(sb.created_ns),
+            ..Default::default()
+        });
+        p.network = sb
+            .network
+            .as_ref()
+            .and_then(|n| network_stats(&n.interfaces, n.default.as_deref(), n.timestamp_ns));
+        p.process_stats = sb.process_count.map(|c| ProcessStats {
+            process_count: Some(c),
+        });
+    }
+    for c in i.containers {
+        let key = PodKey {
+            namespace: c.namespace.clone(),
+            name: c.pod.clone(),
+            uid: c.pod_uid.clone(),
+        };
+        let eph = i.ephemeral.get(&key);
+        let p = pods.entry(key.clone()).or_insert_with(|| PodStats {
+            pod_ref: pod_ref(&key),
             ..Default::default()
         });
         let cpu = CpuStats {
@@ -194,9 +349,12 @@ pub fn build(
         };
         let memory = MemoryStats {
             time: time(c.timestamp_ns),
-            available_bytes: None,
+            available_bytes: c.memory_available_bytes,
             usage_bytes: c.memory_usage_bytes,
             working_set_bytes: c.memory_working_set_bytes,
+            rss_bytes: c.memory_rss_bytes,
+            page_faults: c.memory_page_faults,
+            major_page_faults: c.memory_major_page_faults,
         };
         let pc = p.cpu.get_or_insert_with(|| CpuStats {
             time: cpu.time.clone(),
@@ -212,53 +370,111 @@ pub fn build(
         });
         add(&mut pm.usage_bytes, memory.usage_bytes);
         add(&mut pm.working_set_bytes, memory.working_set_bytes);
+        add(&mut pm.rss_bytes, memory.rss_bytes);
+        add(&mut pm.page_faults, memory.page_faults);
+        add(&mut pm.major_page_faults, memory.major_page_faults);
         let start = time(c.started_ns);
-        if p.start_time.is_none()
-            || start.as_ref().map(|t| t.0) < p.start_time.as_ref().map(|t| t.0)
-        {
+        if p.start_time.is_none() {
             p.start_time = start.clone();
         }
+        let measured_ns = |e: &PodEphemeral| {
+            e.measured
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(i.now_ns, |d| d.as_nanos() as i64)
+        };
         p.containers.push(ContainerStats {
             name: c.name.clone(),
             start_time: start,
             cpu: Some(cpu),
             memory: Some(memory),
-            rootfs: c.writable_layer_bytes.map(|used| FsStats {
-                time: time(c.timestamp_ns),
-                used_bytes: Some(used),
-                ..Default::default()
+            rootfs: c.writable_layer_bytes.map(|used| {
+                let u = DiskUsage {
+                    bytes: used,
+                    inodes: c.writable_layer_inodes.unwrap_or(0),
+                };
+                usage_on(u, image_fs_info, c.timestamp_ns)
+            }),
+            logs: eph.and_then(|e| {
+                let used = e.logs.get(&c.name)?;
+                Some(usage_on(*used, e.logs_fs.as_ref(), measured_ns(e)))
             }),
         });
     }
+    for (key, p) in pods.iter_mut() {
+        let Some(e) = i.ephemeral.get(key) else {
+            continue;
+        };
+        let at = e
+            .measured
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(i.now_ns, |d| d.as_nanos() as i64);
+        p.volume_stats = e
+            .volumes
+            .iter()
+            .map(|v| VolumeStats {
+                fs: usage_on(v.usage, v.fs.as_ref(), at),
+                name: v.name.clone(),
+            })
+            .collect();
+        p.ephemeral_storage = Some(usage_on(e.total, i.node_fs.as_ref(), at));
+    }
     Summary {
         node: NodeStats {
-            node_name: node_name.to_string(),
-            start_time: None,
-            cpu: node.map(|n| CpuStats {
+            node_name: i.node_name.to_string(),
+            start_time: i.boot_ns.and_then(time),
+            cpu: i.node.map(|n| CpuStats {
                 time: time(n.timestamp_ns),
                 usage_nano_cores: None,
                 usage_core_nano_seconds: Some(n.cpu_core_nanoseconds),
             }),
-            memory: node.map(|n| MemoryStats {
+            memory: i.node.map(|n| MemoryStats {
                 time: time(n.timestamp_ns),
-                available_bytes: None,
-                usage_bytes: None,
+                available_bytes: n
+                    .memory_capacity_bytes
+                    .map(|cap| cap.saturating_sub(n.memory_working_set_bytes)),
                 working_set_bytes: Some(n.memory_working_set_bytes),
+                ..Default::default()
             }),
-            fs: node_fs,
-            rlimit,
+            network: i.node_network.clone(),
+            fs: i.node_fs.as_ref().map(|f| fs_of(f, i.now_ns)),
+            runtime: i.image_fs.as_ref().map(|(used, on)| RuntimeStats {
+                image_fs: Some(usage_on(*used, on.as_ref(), i.now_ns)),
+            }),
+            rlimit: i.rlimit.clone(),
         },
         pods: pods.into_values().collect(),
+    }
+}
+
+/// Drops everything but CPU and memory, as upstream's `only_cpu_and_memory` answer has.
+pub fn cpu_and_memory_only(s: &mut Summary) {
+    let n = &mut s.node;
+    n.network = None;
+    n.fs = None;
+    n.runtime = None;
+    n.rlimit = None;
+    for p in &mut s.pods {
+        p.network = None;
+        p.volume_stats.clear();
+        p.ephemeral_storage = None;
+        p.process_stats = None;
+        for c in &mut p.containers {
+            c.rootfs = None;
+            c.logs = None;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::ephemeral::VolumeUsage;
+    use crate::stats::sandbox::PodNetwork;
 
     #[test]
-    fn summary_groups_containers_into_pods_in_upstream_json() {
+    fn summary_in_upstream_json_shape() {
         let c = |name: &str, cpu: u64, mem: u64, started: i64| ContainerUsage {
+            id: format!("id-{name}"),
             name: name.into(),
             pod: "web".into(),
             namespace: "default".into(),
@@ -268,38 +484,168 @@ mod tests {
             cpu_nano_cores: Some(cpu / 10),
             memory_working_set_bytes: Some(mem),
             memory_usage_bytes: Some(mem * 2),
+            memory_rss_bytes: Some(mem / 2),
+            memory_page_faults: Some(3),
             writable_layer_bytes: Some(4096),
+            writable_layer_inodes: Some(2),
             started_ns: started,
+            ..Default::default()
         };
         let node = NodeUsage {
             timestamp_ns: 1_700_000_000_000_000_000,
             cpu_core_nanoseconds: 9,
             memory_working_set_bytes: 7,
+            memory_capacity_bytes: Some(100),
         };
-        let s = build(
-            "n1",
-            Some(&node),
-            None,
-            None,
-            &[
-                c("a", 100, 10, 1_600_000_002_000_000_000),
-                c("b", 50, 5, 1_600_000_001_000_000_000),
-            ],
-        );
+        let pod = PodKey {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "u1".into(),
+        };
+        let eth0 = Interface {
+            name: "eth0".into(),
+            rx_bytes: 11,
+            rx_errors: 0,
+            tx_bytes: 22,
+            tx_errors: 1,
+        };
+        let sandboxes = [SandboxUsage {
+            id: "sb".into(),
+            pod: pod.clone(),
+            created_ns: 1_600_000_000_000_000_000,
+            network: Some(PodNetwork {
+                timestamp_ns: 1_700_000_000_000_000_000,
+                interfaces: vec![eth0.clone()],
+                default: Some("eth0".into()),
+            }),
+            process_count: Some(4),
+        }];
+        let disk = FsInfo {
+            capacity_bytes: 1000,
+            available_bytes: 600,
+            free_bytes: 700,
+            inodes: 50,
+            inodes_free: 40,
+        };
+        let du = |bytes, inodes| DiskUsage { bytes, inodes };
+        let eph = PodEphemeral {
+            volumes: vec![VolumeUsage {
+                name: "scratch".into(),
+                plugin: "kubernetes.io~empty-dir".into(),
+                usage: du(300, 3),
+                fs: Some(disk),
+                ephemeral: true,
+                measured: std::time::SystemTime::now(),
+            }],
+            logs: [("a".to_string(), du(50, 2))].into(),
+            total: du(9000, 9),
+            logs_fs: Some(disk),
+            ..Default::default()
+        };
+        let ephemeral = [(pod, eph)].into();
+        let containers = [
+            c("a", 100, 10, 1_600_000_002_000_000_000),
+            c("b", 50, 5, 1_600_000_001_000_000_000),
+        ];
+        let s = build(&Inputs {
+            node_name: "n1",
+            now_ns: 1_700_000_000_000_000_000,
+            node: Some(&node),
+            boot_ns: Some(1_500_000_000_000_000_000),
+            node_fs: Some(disk),
+            node_network: network_stats(&[eth0], Some("eth0"), 1_700_000_000_000_000_000),
+            image_fs: Some((du(200, 20), Some(disk))),
+            rlimit: None,
+            containers: &containers,
+            sandboxes: &sandboxes,
+            ephemeral: &ephemeral,
+        });
         let v = serde_json::to_value(&s).unwrap();
-        assert_eq!(v["node"]["nodeName"], "n1");
-        assert_eq!(v["node"]["cpu"]["usageCoreNanoSeconds"], 9);
-        assert_eq!(v["node"]["memory"]["workingSetBytes"], 7);
+        let n = &v["node"];
+        assert_eq!(n["nodeName"], "n1");
+        assert_eq!(n["startTime"], "2017-07-14T02:40:00Z");
+        assert_eq!(n["cpu"]["usageCoreNanoSeconds"], 9);
+        assert_eq!(n["memory"]["workingSetBytes"], 7);
+        assert_eq!(n["memory"]["availableBytes"], 93);
+        assert_eq!(n["network"]["name"], "eth0");
+        assert_eq!(n["network"]["rxBytes"], 11);
+        assert_eq!(n["network"]["interfaces"][0]["txErrors"], 1);
+        assert_eq!(n["fs"]["usedBytes"], 300);
+        assert_eq!(n["fs"]["inodesUsed"], 10);
+        assert_eq!(n["runtime"]["imageFs"]["usedBytes"], 200);
+        assert_eq!(n["runtime"]["imageFs"]["capacityBytes"], 1000);
         let pod = &v["pods"][0];
         assert_eq!(pod["podRef"]["uid"], "u1");
+        // The pod started with its sandbox.
+        assert_eq!(pod["startTime"], "2020-09-13T12:26:40Z");
         assert_eq!(pod["cpu"]["usageCoreNanoSeconds"], 150);
         assert_eq!(pod["cpu"]["usageNanoCores"], 15);
         assert_eq!(pod["memory"]["workingSetBytes"], 15);
         assert_eq!(pod["memory"]["usageBytes"], 30);
-        // The pod started with its first container.
-        assert_eq!(pod["startTime"], "2020-09-13T12:26:41Z");
+        assert_eq!(pod["memory"]["pageFaults"], 6);
+        assert_eq!(pod["network"]["txBytes"], 22);
+        assert_eq!(pod["process_stats"]["process_count"], 4);
+        assert_eq!(pod["volume"][0]["name"], "scratch");
+        assert_eq!(pod["volume"][0]["usedBytes"], 300);
+        assert_eq!(pod["volume"][0]["capacityBytes"], 1000);
+        assert!(pod["volume"][0].get("pvcRef").is_none());
+        assert_eq!(pod["ephemeral-storage"]["usedBytes"], 9000);
+        assert_eq!(pod["ephemeral-storage"]["inodesUsed"], 9);
+        assert_eq!(pod["ephemeral-storage"]["availableBytes"], 600);
+        let a = &pod["containers"][0];
+        assert_eq!(a["name"], "a");
         assert_eq!(pod["containers"][1]["name"], "b");
-        assert_eq!(pod["containers"][0]["rootfs"]["usedBytes"], 4096);
-        assert_eq!(pod["containers"][0]["cpu"]["time"], "2023-11-14T22:13:20Z");
+        assert_eq!(a["rootfs"]["usedBytes"], 4096);
+        assert_eq!(a["rootfs"]["inodesUsed"], 2);
+        assert_eq!(a["rootfs"]["capacityBytes"], 1000);
+        assert_eq!(a["logs"]["usedBytes"], 50);
+        assert!(pod["containers"][1].get("logs").is_none());
+        assert_eq!(a["cpu"]["time"], "2023-11-14T22:13:20Z");
+        assert_eq!(a["memory"]["rssBytes"], 5);
+
+        let mut only = s.clone();
+        cpu_and_memory_only(&mut only);
+        let v = serde_json::to_value(&only).unwrap();
+        for k in ["network", "fs", "runtime", "rlimit"] {
+            assert!(v["node"].get(k).is_none(), "node.{k}: {v}");
+        }
+        assert_eq!(v["node"]["cpu"]["usageCoreNanoSeconds"], 9);
+        let pod = &v["pods"][0];
+        for k in ["network", "volume", "ephemeral-storage", "process_stats"] {
+            assert!(pod.get(k).is_none(), "pod.{k}: {pod}");
+        }
+        assert_eq!(pod["memory"]["workingSetBytes"], 15);
+        assert!(pod["containers"][0].get("rootfs").is_none());
+        assert!(pod["containers"][0].get("logs").is_none());
+        assert_eq!(pod["containers"][0]["cpu"]["usageCoreNanoSeconds"], 100);
+    }
+
+    #[test]
+    fn a_container_without_a_sandbox_still_makes_a_pod() {
+        let c = ContainerUsage {
+            name: "x".into(),
+            pod: "p".into(),
+            namespace: "ns".into(),
+            pod_uid: "u".into(),
+            started_ns: 1_600_000_000_000_000_000,
+            ..Default::default()
+        };
+        let s = build(&Inputs {
+            node_name: "n",
+            now_ns: 0,
+            node: None,
+            boot_ns: None,
+            node_fs: None,
+            node_network: None,
+            image_fs: None,
+            rlimit: None,
+            containers: &[c],
+            sandboxes: &[],
+            ephemeral: &BTreeMap::new(),
+        });
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["pods"][0]["startTime"], "2020-09-13T12:26:40Z");
+        assert!(v["node"]["startTime"].is_null());
+        assert!(v["pods"][0].get("ephemeral-storage").is_none());
     }
 }

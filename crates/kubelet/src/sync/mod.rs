@@ -108,6 +108,8 @@ pub struct SyncContext {
     /// ConfigMaps and Secrets for env and volumes, read with the kubelet's client (none in
     /// standalone mode, where pods referencing them fail to start with a message saying so).
     pub objects: ObjectSource,
+    /// Service account tokens for projected volumes (TokenRequest with the kubelet's client).
+    pub tokens: crate::token::TokenManager,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -335,7 +337,14 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         .objects
         .fetch(pod, crate::objects::volume_refs(pod))
         .await;
-    match set_up_volumes(dir.clone(), pod.clone(), node_memory, objects).await {
+    // Tokens come from the cache and are requested again only when due for a refresh.
+    let tokens = ctx.tokens.fetch(pod).await;
+    let inputs = VolumeInputs {
+        objects,
+        tokens,
+        allocatable: ctx.allocatable.clone(),
+    };
+    match set_up_volumes(dir.clone(), pod.clone(), node_memory, inputs).await {
         Ok(v) => state.volumes = v,
         Err(errors) => {
             // A volume that was set up before and only failed to refresh (its configMap deleted,
@@ -385,26 +394,41 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
     }
 }
 
+/// What the volumes read, owned so that it can move to the blocking thread.
+struct VolumeInputs {
+    objects: crate::objects::Objects,
+    tokens: crate::token::Tokens,
+    allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+}
+
 /// [`volumes::set_up_pod`] on a blocking thread: it stats, creates and mounts.
 async fn set_up_volumes(
     dir: PathBuf,
     pod: Arc<Pod>,
     node_memory: Option<u64>,
-    objects: crate::objects::Objects,
+    inputs: VolumeInputs,
 ) -> Result<PodVolumes, Vec<volumes::SetUpError>> {
     let uid = podutil::uid(&pod).to_string();
-    tokio::task::spawn_blocking(move || volumes::set_up_pod(&dir, &pod, node_memory, &objects))
-        .await
-        .unwrap_or_else(|e| {
-            Err(vec![volumes::SetUpError {
-                volume: String::new(),
-                source: volumes::VolumeError::Io {
-                    what: "set up volumes of pod",
-                    path: PathBuf::from(uid),
-                    source: std::io::Error::other(e.to_string()),
-                },
-            }])
-        })
+    tokio::task::spawn_blocking(move || {
+        let i = volumes::projected::Inputs {
+            objects: &inputs.objects,
+            tokens: &inputs.tokens,
+            allocatable: &inputs.allocatable,
+        };
+        volumes::set_up_pod_with(&dir, &pod, node_memory, &i)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(vec![volumes::SetUpError {
+            volume: String::new(),
+            source: volumes::VolumeError::Io {
+                what: "set up volumes of pod",
+                path: PathBuf::from(uid),
+                source: std::io::Error::other(e.to_string()),
+            },
+        }])
+    })
 }
 
 /// The `fieldPath` of the container named `name` in events (upstream `spec.containers{name}`).
@@ -834,6 +858,8 @@ pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeErro
     ctx.runtime.kill_pod(&rt, Duration::from_secs(2)).await?;
     ctx.runtime.remove_pod(pod, &rt).await?;
     let dir = pod_dir(ctx, pod);
+    // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
+    ctx.tokens.forget_pod(podutil::uid(pod));
     // Volumes are unmounted before the directory goes. A failure is logged, not returned: the
     // pod is gone from the runtime, and housekeeping retries the orphaned directory, so a
     // volume never keeps a pod Terminating.

@@ -12,14 +12,18 @@
 
 pub mod atomic_writer;
 pub mod config_map;
+pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
 pub mod mounts;
 pub mod ownership;
+pub mod projected;
 pub mod subpath;
 
 #[cfg(test)]
 mod config_map_tests;
+#[cfg(test)]
+mod projected_tests;
 #[cfg(test)]
 mod tests;
 
@@ -85,6 +89,12 @@ pub enum VolumeError {
     MissingKey { kind: ObjectKind, key: String },
     #[error("{why}: {path:?}")]
     InvalidPayloadPath { path: String, why: String },
+    /// downwardAPI items that could not be resolved, joined as upstream's aggregate error.
+    #[error("{0}")]
+    DownwardApi(String),
+    /// projected sources that could not be had, joined as upstream's aggregate error.
+    #[error("{0}")]
+    Projected(String),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
@@ -115,13 +125,18 @@ impl PodVolumes {
     }
 
     /// Whether containers get the volume read-only whatever their volumeMount says (upstream's
-    /// mounter attribute `ReadOnly`, true for configMap and secret). The plugin directory a
+    /// mounter attribute `ReadOnly`, true for configMap, secret, downwardAPI and projected). The plugin directory a
     /// volume lives in tells its plugin.
     pub fn is_read_only(&self, name: &str) -> bool {
         self.get(name)
             .and_then(Path::parent)
             .and_then(Path::file_name)
-            .is_some_and(|p| p == config_map::CONFIG_MAP_PLUGIN || p == config_map::SECRET_PLUGIN)
+            .is_some_and(|p| {
+                p == config_map::CONFIG_MAP_PLUGIN
+                    || p == config_map::SECRET_PLUGIN
+                    || p == downward_api::DOWNWARD_API_PLUGIN
+                    || p == projected::PROJECTED_PLUGIN
+            })
     }
 }
 
@@ -142,6 +157,23 @@ pub fn set_up_pod(
     node_memory: Option<u64>,
     objects: &Objects,
 ) -> Result<PodVolumes, Vec<SetUpError>> {
+    let inputs = projected::Inputs {
+        objects,
+        tokens: &crate::token::Tokens::default(),
+        allocatable: &BTreeMap::new(),
+    };
+    set_up_pod_with(pod_dir, pod, node_memory, &inputs)
+}
+
+/// [`set_up_pod`] with everything downwardAPI and projected volumes read: node allocatable (the
+/// limit `resourceFieldRef` reports for a container without one) and the service account
+/// tokens the sync fetched ([`crate::token::TokenManager::fetch`]).
+pub fn set_up_pod_with(
+    pod_dir: &Path,
+    pod: &Pod,
+    node_memory: Option<u64>,
+    inputs: &projected::Inputs<'_>,
+) -> Result<PodVolumes, Vec<SetUpError>> {
     let memory_cap = empty_dir::pod_memory_limit(pod).or(node_memory);
     let fs_group = fs_group(pod);
     let mut done = BTreeMap::new();
@@ -149,7 +181,7 @@ pub fn set_up_pod(
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let fresh =
             v.empty_dir.is_some() && !volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name).exists();
-        let res = set_up_volume(pod_dir, v, memory_cap, objects).and_then(|path| {
+        let res = set_up_volume(pod_dir, pod, v, memory_cap, inputs).and_then(|path| {
             set_up_ownership(v, &path, fs_group, fresh)?;
             Ok(path)
         });
@@ -203,10 +235,12 @@ fn set_up_ownership(
 
 fn set_up_volume(
     pod_dir: &Path,
+    pod: &Pod,
     v: &Volume,
     memory_cap: Option<u64>,
-    objects: &Objects,
+    inputs: &projected::Inputs<'_>,
 ) -> Result<PathBuf, VolumeError> {
+    let objects = inputs.objects;
     if let Some(cm) = &v.config_map {
         let dir = volume_dir(pod_dir, config_map::CONFIG_MAP_PLUGIN, &v.name);
         let src = config_map::Source {
@@ -231,6 +265,23 @@ fn set_up_volume(
         config_map::set_up(&dir, &src, objects, memory_cap)?;
         return Ok(dir);
     }
+    if let Some(d) = &v.downward_api {
+        let dir = volume_dir(pod_dir, downward_api::DOWNWARD_API_PLUGIN, &v.name);
+        downward_api::set_up(
+            &dir,
+            d.items.as_deref().unwrap_or_default(),
+            pod,
+            inputs.allocatable,
+            d.default_mode,
+            memory_cap,
+        )?;
+        return Ok(dir);
+    }
+    if let Some(p) = &v.projected {
+        let dir = volume_dir(pod_dir, projected::PROJECTED_PLUGIN, &v.name);
+        projected::set_up(&dir, p, pod, inputs, memory_cap)?;
+        return Ok(dir);
+    }
     if let Some(ed) = &v.empty_dir {
         let dir = volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name);
         empty_dir::set_up(&dir, ed, memory_cap)?;
@@ -240,13 +291,10 @@ fn set_up_volume(
         return host_path::set_up(hp);
     }
     let kind = volume_kind(v);
-    let why = if kind == "projected" && v.name.starts_with("kube-api-access-") {
-        "the service account token, ca.crt and namespace it projects need the API server \
-         (TokenRequest, ConfigMap), which this node's volume manager does not use"
-    } else if matches!(kind, "downwardAPI" | "projected" | "persistentVolumeClaim") {
-        "it needs objects from the API server, which this node's volume manager does not read"
+    let why = if kind == "persistentVolumeClaim" {
+        "it needs attach/detach or CSI, which this node's volume manager does not do"
     } else {
-        "only emptyDir, hostPath, configMap and secret are"
+        "only emptyDir, hostPath, configMap, secret, downwardAPI and projected are"
     };
     Err(VolumeError::Unsupported { kind, why })
 }

@@ -301,8 +301,8 @@ fn unsupported_volumes_fail_by_name_and_type() {
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "p", "uid": "u"},
         "spec": {"containers": [], "volumes": [
-            {"name": "cfg", "downwardAPI": {"items": []}},
-            {"name": "kube-api-access-abcde", "projected": {"sources": []}},
+            {"name": "share", "nfs": {"server": "nfs.example", "path": "/x"}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
             {"name": "ok", "emptyDir": {}},
         ]}
     }))
@@ -311,12 +311,12 @@ fn unsupported_volumes_fail_by_name_and_type() {
     let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(msgs[0].starts_with(
-        "MountVolume.SetUp failed for volume \"cfg\" : volume type downwardAPI is not supported"
+        "MountVolume.SetUp failed for volume \"share\" : volume type nfs is not supported"
     ));
     assert!(msgs[1].starts_with(
-        "MountVolume.SetUp failed for volume \"kube-api-access-abcde\" : volume type projected"
+        "MountVolume.SetUp failed for volume \"data\" : volume type persistentVolumeClaim"
     ));
-    assert!(msgs[1].contains("service account token"));
+    assert!(msgs[1].contains("CSI"));
 }
 
 #[test]

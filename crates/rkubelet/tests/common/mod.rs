@@ -162,6 +162,29 @@ impl Env {
         });
     }
 
+    /// Starts rkubelet with exactly `args`, nothing added (an operator's unit-file command line),
+    /// and waits for its healthz on `self.healthz_port` (the caller's config must use it).
+    pub fn start_kubelet_raw(&mut self, args: &[String]) {
+        self.runs += 1;
+        let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn rkubelet");
+        self.kubelet = Some(child);
+        let port = self.healthz_port;
+        wait_until(Duration::from_secs(10), "rkubelet healthz", || {
+            http_get("127.0.0.1", port, "/healthz")
+                .ok()
+                .filter(|(c, _)| *c == 200)
+        });
+    }
+
     /// Where this test's rkubelet puts the `<pod>_<ns>_<container>-<id>.log` symlinks.
     pub fn container_logs_dir(&self) -> PathBuf {
         self.dir.join("containers")
