@@ -490,11 +490,9 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         cfg.serialize_image_pulls = b;
     }
     if let Some(s) = r.string("configMapAndSecretChangeDetectionStrategy") {
-        match crate::object_cache::ChangeDetectionStrategy::parse(&s) {
-            Some(v) => cfg.config_map_and_secret_change_detection_strategy = v,
-            None => r.errors.push(format!(
-                "configMapAndSecretChangeDetectionStrategy: must be Get, Cache or Watch, got {s:?}"
-            )),
+        // Other values were already reported by the enum check of the schema.
+        if let Some(v) = crate::object_cache::ChangeDetectionStrategy::parse(&s) {
+            cfg.config_map_and_secret_change_detection_strategy = v;
         }
     }
     if let Some(p) = r.string("resolvConf") {
