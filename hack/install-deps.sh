@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PACKAGES=(
     containerd runc containernetworking-plugins busybox-static umoci
     protobuf-compiler iproute2 iptables curl jq procps gcc libc6-dev
-    docker-registry skopeo
+    docker-registry skopeo apache2-utils
 )
 
 # Print the packages dpkg does not report as fully installed.

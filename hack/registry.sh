@@ -3,8 +3,11 @@
 # on a free loopback port, for tests that pull real images. No external registry
 # is reachable, so images built by hack/images.sh are pushed into it with skopeo.
 #
-#   hack/registry.sh up DIR                    start it; prints REGISTRY=127.0.0.1:PORT
-#                                              (and more KEY=VALUE lines, also in DIR/env)
+#   hack/registry.sh up DIR [USER:PASSWORD]    start it; prints REGISTRY=127.0.0.1:PORT
+#                                              (and more KEY=VALUE lines, also in DIR/env);
+#                                              with USER:PASSWORD it requires basic auth
+#                                              (htpasswd, bcrypt) for every request, and
+#                                              push uses those credentials
 #   hack/registry.sh push DIR IMAGE NAME:TAG   push IMAGE (a ref from `images.sh list`)
 #                                              as REGISTRY/NAME:TAG; prints DIGEST=sha256:...
 #   hack/registry.sh hosts DIR CERTS_D [NAME]  let a containerd whose CRI config_path is
@@ -44,7 +47,7 @@ pick_port() {
 write_config() {
     local dir="$1" port="$2"
     cat >"$dir/config.yml" <<EOF
-# Written by hack/registry.sh: filesystem storage under DIR, loopback only, no auth.
+# Written by hack/registry.sh: filesystem storage under DIR, loopback only.
 version: 0.1
 log:
   level: info
@@ -64,12 +67,21 @@ http:
   # Fixed so the registry does not log a warning about a random one.
   secret: rkubelet-test-registry
 EOF
+    if [[ -f "$dir/htpasswd" ]]; then
+        cat >>"$dir/config.yml" <<EOF
+auth:
+  htpasswd:
+    realm: rkubelet-test
+    path: $dir/htpasswd
+EOF
+    fi
 }
 
-# answers PORT: a distribution registry (not some other server) answers on PORT.
+# answers PORT: a distribution registry (not some other server) answers on PORT
+# (401 when it requires auth, so no -f).
 answers() {
     local headers
-    headers="$(curl -fsS -m 2 -o /dev/null -D - "http://127.0.0.1:$1/v2/" 2>/dev/null)" || return 1
+    headers="$(curl -sS -m 2 -o /dev/null -D - "http://127.0.0.1:$1/v2/" 2>/dev/null)" || return 1
     grep -qi '^docker-distribution-api-version: registry/2.0' <<<"$headers"
 }
 
@@ -78,7 +90,7 @@ env_value() { # env_value DIR KEY
 }
 
 cmd_up() {
-    local dir="${1:?usage: registry.sh up DIR}"
+    local dir="${1:?usage: registry.sh up DIR [USER:PASSWORD]}" creds="${2:-}"
     need_cmd "$REGISTRY_BIN" curl ss setsid
     dir="$(realpath -m "$dir")"
     # Plain characters only: DIR goes into YAML and argv matching.
@@ -87,6 +99,16 @@ cmd_up() {
         die "a registry is already running in $dir (run: $0 down $dir)"
     fi
     mkdir -p "$dir"/{storage,log}
+    rm -f "$dir/htpasswd" "$dir/creds"
+    if [[ -n "$creds" ]]; then
+        [[ "$creds" == *:* ]] || die "credentials must be USER:PASSWORD"
+        need_cmd htpasswd
+        # -B: bcrypt, the only hash distribution's htpasswd accepts; -i reads the password
+        # from stdin so it stays out of argv.
+        htpasswd -B -i -c "$dir/htpasswd" "${creds%%:*}" <<<"${creds#*:}" 2>/dev/null ||
+            die "htpasswd failed"
+        (umask 077 && printf '%s\n' "$creds" >"$dir/creds")
+    fi
     local logf="$dir/log/registry.log" port pid attempt deadline
     for attempt in 1 2 3 4 5; do
         port="$(pick_port)"
@@ -143,7 +165,9 @@ cmd_push() {
     digestf="$(mktemp "$dir/digest.XXXXXX")"
     # --insecure-policy: our own local images, no signature policy applies.
     # The archive's ref.name is the full image reference, so name it explicitly.
-    if ! skopeo --insecure-policy copy --quiet --dest-tls-verify=false \
+    local creds=()
+    if [[ -f "$dir/creds" ]]; then creds=(--dest-creds "$(cat "$dir/creds")"); fi
+    if ! skopeo --insecure-policy copy --quiet --dest-tls-verify=false "${creds[@]}" \
         --digestfile "$digestf" "oci-archive:$archive:$image" "docker://$registry/$dest" >&2; then
         rm -f "$digestf"
         die "push of $image to $registry/$dest failed"
@@ -215,12 +239,12 @@ cmd_down() {
 }
 
 case "${1:-}" in
-up) cmd_up "${2:-}" ;;
+up) cmd_up "${2:-}" "${3:-}" ;;
 push) cmd_push "${2:-}" "${3:-}" "${4:-}" ;;
 hosts) cmd_hosts "${2:-}" "${3:-}" "${4:-}" ;;
 down) cmd_down "${2:-}" ;;
 *)
-    echo "usage: $0 up DIR | push DIR IMAGE NAME:TAG | hosts DIR CERTS_D [NAME] | down DIR" >&2
+    echo "usage: $0 up DIR [USER:PASSWORD] | push DIR IMAGE NAME:TAG | hosts DIR CERTS_D [NAME] | down DIR" >&2
     exit 2
     ;;
 esac

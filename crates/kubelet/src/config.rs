@@ -70,6 +70,9 @@ pub struct KubeletConfig {
     pub max_pods: u32,
     /// `serializeImagePulls`: one pull at a time, upstream's default.
     pub serialize_image_pulls: bool,
+    /// `configMapAndSecretChangeDetectionStrategy`: how ConfigMaps and Secrets are read.
+    pub config_map_and_secret_change_detection_strategy:
+        crate::object_cache::ChangeDetectionStrategy,
     /// `resolvConf`: the host resolver file pods with dnsPolicy Default get.
     pub resolv_conf: PathBuf,
     /// `clusterDomain`.
@@ -225,6 +228,7 @@ impl Default for KubeletConfig {
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             max_pods: 110,
             serialize_image_pulls: true,
+            config_map_and_secret_change_detection_strategy: Default::default(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             cluster_domain: String::new(),
             cluster_dns: Vec::new(),
@@ -505,6 +509,12 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     }
     if let Some(b) = r.bool("serializeImagePulls") {
         cfg.serialize_image_pulls = b;
+    }
+    if let Some(s) = r.string("configMapAndSecretChangeDetectionStrategy") {
+        // Other values were already reported by the enum check of the schema.
+        if let Some(v) = crate::object_cache::ChangeDetectionStrategy::parse(&s) {
+            cfg.config_map_and_secret_change_detection_strategy = v;
+        }
     }
     if let Some(p) = r.string("resolvConf") {
         cfg.resolv_conf = PathBuf::from(p);
@@ -997,6 +1007,35 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(10)), "10s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
+    }
+
+    #[test]
+    fn change_detection_strategy() {
+        use crate::object_cache::ChangeDetectionStrategy as S;
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let get = |extra: &str| parse(&format!("{head}{extra}"));
+        assert_eq!(
+            get("")
+                .unwrap()
+                .config
+                .config_map_and_secret_change_detection_strategy,
+            S::Watch
+        );
+        for (v, want) in [("Get", S::Get), ("Cache", S::Cache), ("Watch", S::Watch)] {
+            let c = get(&format!("configMapAndSecretChangeDetectionStrategy: {v}\n")).unwrap();
+            assert_eq!(
+                c.config.config_map_and_secret_change_detection_strategy,
+                want
+            );
+        }
+        let e = get("configMapAndSecretChangeDetectionStrategy: Poll\n")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("configMapAndSecretChangeDetectionStrategy"),
+            "{e}"
+        );
     }
 
     #[test]

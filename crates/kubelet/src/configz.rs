@@ -51,6 +51,8 @@ pub fn configz(cfg: &KubeletConfig) -> Value {
         "maxPods": cfg.max_pods,
         "resolvConf": path(&cfg.resolv_conf),
         "serializeImagePulls": cfg.serialize_image_pulls,
+        "configMapAndSecretChangeDetectionStrategy":
+            format!("{:?}", cfg.config_map_and_secret_change_detection_strategy),
         "allowedUnsafeSysctls": cfg.allowed_unsafe_sysctls,
         "containerLogMaxSize": format!("{}Ki", cfg.container_log_max_size / 1024),
         "containerLogMaxFiles": cfg.container_log_max_files,

@@ -7,9 +7,10 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::{api, CriClient};
 use tokio::sync::Semaphore;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::backoff::Backoff;
+use crate::credentials;
 use crate::events::{self, EventType, Recorder};
 use crate::podutil;
 use crate::sync::{Reason, StartError};
@@ -25,21 +26,71 @@ pub fn with_default_tag(image: &str) -> String {
 }
 
 /// Shared by all pod workers: the CRI image service and the serial-pull gate.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ImageManager {
     cri: CriClient,
     /// `serializeImagePulls`: one pull at a time when set.
     pull_gate: Option<Arc<Semaphore>>,
     recorder: Recorder,
+    /// Reads the pod's image pull secrets; `None` in standalone mode (anonymous pulls only).
+    client: Option<kube::Client>,
 }
 
 impl ImageManager {
-    pub fn new(cri: CriClient, serialize: bool, recorder: Recorder) -> Self {
+    pub fn new(
+        cri: CriClient,
+        serialize: bool,
+        recorder: Recorder,
+        client: Option<kube::Client>,
+    ) -> Self {
         ImageManager {
             cri,
             pull_gate: serialize.then(|| Arc::new(Semaphore::new(1))),
             recorder,
+            client,
         }
+    }
+
+    /// Upstream `kubeGenericRuntimeManager.PullImage`: anonymous when no pull secret has
+    /// credentials for the image's repository, else each matching credential in turn (most
+    /// specific first) until one works, with no anonymous attempt after them; the errors of
+    /// all attempts are reported together (upstream's aggregate: `[e1, e2]` for several).
+    async fn pull(&self, pod: &Pod, image: &str) -> Result<String, String> {
+        let secrets = match &self.client {
+            Some(c) => credentials::pod_pull_secrets(c, pod).await,
+            None => Vec::new(),
+        };
+        let keyring = credentials::Keyring::from_secrets(&secrets).map_err(|e| e.to_string())?;
+        let creds = keyring.lookup(&credentials::repository(image));
+        let request = |auth: Option<api::AuthConfig>| api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            }),
+            auth,
+            sandbox_config: None,
+        };
+        if creds.is_empty() {
+            debug!(image, "pulling image without credentials");
+            return self
+                .cri
+                .pull_image(request(None))
+                .await
+                .map(|r| r.image_ref)
+                .map_err(|e| e.message().to_string());
+        }
+        let mut errs = Vec::new();
+        for c in &creds {
+            match self.cri.pull_image(request(Some(c.to_cri()))).await {
+                Ok(r) => return Ok(r.image_ref),
+                Err(e) => errs.push(e.message().to_string()),
+            }
+        }
+        Err(if errs.len() == 1 {
+            errs.remove(0)
+        } else {
+            format!("[{}]", errs.join(", "))
+        })
     }
 
     async fn present(&self, image: &str) -> Result<Option<String>, StartError> {
@@ -159,19 +210,8 @@ impl ImageManager {
             format!("Pulling image {raw:?}"),
         );
         let started = std::time::Instant::now();
-        match self
-            .cri
-            .pull_image(api::PullImageRequest {
-                image: Some(api::ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                }),
-                auth: None,
-                sandbox_config: None,
-            })
-            .await
-        {
-            Ok(r) => {
+        match self.pull(pod, &image).await {
+            Ok(image_ref) => {
                 backoff.reset(&key);
                 info!(image = %image, elapsed = ?started.elapsed(), "pulled image");
                 event(
@@ -183,12 +223,12 @@ impl ImageManager {
                         waiting.elapsed()
                     ),
                 );
-                Ok(r.image_ref)
+                Ok(image_ref)
             }
             Err(e) => {
                 let now = SystemTime::now();
                 backoff.next(&key, now, now);
-                let msg = format!("Failed to pull image {raw:?}: {}", e.message());
+                let msg = format!("Failed to pull image {raw:?}: {e}");
                 event(
                     EventType::Warning,
                     events::FAILED_TO_PULL_IMAGE,

@@ -337,18 +337,58 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             .instrument(tracing::info_span!("prober")),
     );
     let (probe_results, probes) = watch::channel(Arc::new(ProbeResults::new()));
+    // Upstream's configMap/secret managers: with Watch, one watch per referenced object, and a
+    // change wakes the pods that reference it (SyncLoop below).
+    let (object_changes_tx, object_changes) = mpsc::unbounded_channel();
+    let object_cache = match &client {
+        Some(c)
+            if cfg.config_map_and_secret_change_detection_strategy
+                == crate::object_cache::ChangeDetectionStrategy::Watch =>
+        {
+            let (cache, run) = crate::object_cache::ObjectCache::start(
+                c.clone(),
+                object_changes_tx,
+                cancel.child_token(),
+            );
+            tasks.spawn(run.instrument(tracing::info_span!("object_cache")));
+            Some(cache)
+        }
+        Some(_)
+            if cfg.config_map_and_secret_change_detection_strategy
+                == crate::object_cache::ChangeDetectionStrategy::Cache =>
+        {
+            let (cache, run) = crate::object_cache::ObjectCache::start_ttl(
+                crate::object_cache::CACHE_TTL,
+                cancel.child_token(),
+            );
+            tasks.spawn(run.instrument(tracing::info_span!("object_cache")));
+            Some(cache)
+        }
+        _ => None,
+    };
+    let objects = match (&client, &object_cache) {
+        (Some(c), Some(cache)) => {
+            crate::objects::ObjectSource::with_cache(c.clone(), cache.clone())
+        }
+        _ => crate::objects::ObjectSource::new(client.clone()),
+    };
     let ctx = Arc::new(SyncContext {
         prober: prober.clone(),
         probes,
         runtime: runtime.clone(),
-        images: ImageManager::new(cri.clone(), cfg.serialize_image_pulls, recorder.clone()),
+        images: ImageManager::new(
+            cri.clone(),
+            cfg.serialize_image_pulls,
+            recorder.clone(),
+            client.clone(),
+        ),
         recorder: recorder.clone(),
         status: status.clone(),
         root_dir: cfg.root_dir.clone(),
         runtime_name,
         node_ip: node_ip.map(|ip| ip.to_string()).unwrap_or_default(),
         allocatable: node_view.allocatable.clone(),
-        objects: crate::objects::ObjectSource::new(client.clone()),
+        objects,
         tokens: crate::token::TokenManager::new(client.clone()),
     });
 
@@ -496,9 +536,17 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         node_view,
         prober,
         probe_results,
+        object_cache,
     };
     sync_loop
-        .run(cfg_rx, pleg_rx, worker_rx, probe_rx, cancel.clone())
+        .run(
+            cfg_rx,
+            pleg_rx,
+            worker_rx,
+            probe_rx,
+            object_changes,
+            cancel.clone(),
+        )
         .await;
     shutdown(tasks, cancel).await
 }
@@ -572,6 +620,8 @@ struct SyncLoop {
     prober: ProbeHandle,
     /// The probe results, owned here and read by pod workers through the receiver in SyncContext.
     probe_results: watch::Sender<Arc<ProbeResults>>,
+    /// The watch-based configMap/secret manager; a finished pod unregisters from it.
+    object_cache: Option<crate::object_cache::ObjectCache>,
 }
 
 impl SyncLoop {
@@ -581,6 +631,7 @@ impl SyncLoop {
         mut pleg: mpsc::Receiver<PodLifecycleEvent>,
         mut worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
         mut probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
+        mut object_changes: mpsc::UnboundedReceiver<String>,
         cancel: CancellationToken,
     ) {
         let mut sync_tick = tokio::time::interval(SYNC_TICK);
@@ -613,6 +664,10 @@ impl SyncLoop {
                 },
                 Some(ev) = pleg.recv() => self.wake(&ev.uid),
                 Some(u) = probe_updates.recv() => self.handle_probe_result(u),
+                Some(uid) = object_changes.recv() => {
+                    debug!(uid = %uid, "a configMap or secret the pod references changed");
+                    self.wake(&uid);
+                }
                 Some(ev) = worker_events.recv() => self.handle_worker_event(ev).await,
                 _ = sync_tick.tick() => self.dispatch_due(),
                 _ = housekeeping.tick() => self.housekeeping().await,
@@ -777,6 +832,9 @@ impl SyncLoop {
                     self.status.terminated(pod).await;
                 }
                 self.forget_probes(&uid);
+                if let Some(c) = &self.object_cache {
+                    c.unregister(&uid);
+                }
                 self.workers.forget(&uid);
                 self.workers.reap();
                 self.queue.remove(&uid);

@@ -2,10 +2,9 @@
 //! (upstream `pkg/kubelet/configmap` and `pkg/kubelet/secret` managers). The Node authorizer lets
 //! a node read exactly the objects referenced by pods bound to it.
 //!
-//! Deviation: upstream's default change detection strategy (`Watch`) keeps a watch per referenced
-//! object and serves reads from that cache. Here every pod sync GETs what the pod references; the
-//! pod worker resyncs periodically, so a changed object still reaches env of new containers and
-//! volume files, one GET per object per sync (what upstream's `Get` strategy does).
+//! With `configMapAndSecretChangeDetectionStrategy: Watch` (the default) reads come from the
+//! [`ObjectCache`](crate::object_cache::ObjectCache), which keeps a watch per referenced object;
+//! with `Cache` GETs are reused for a TTL; with `Get` every pod sync GETs what it references.
 //!
 //! Fetching is async and separate from using the objects: env resolution and volume payloads are
 //! pure functions of an [`Objects`] snapshot, which the sync code fills first.
@@ -135,11 +134,23 @@ impl Objects {
 #[derive(Clone, Default)]
 pub struct ObjectSource {
     client: Option<Client>,
+    /// The watch-based manager (strategy `Watch`); reads of objects it does not watch GET.
+    cache: Option<crate::object_cache::ObjectCache>,
 }
 
 impl ObjectSource {
     pub fn new(client: Option<Client>) -> Self {
-        ObjectSource { client }
+        ObjectSource {
+            client,
+            cache: None,
+        }
+    }
+
+    pub fn with_cache(client: Client, cache: crate::object_cache::ObjectCache) -> Self {
+        ObjectSource {
+            client: Some(client),
+            cache: Some(cache),
+        }
     }
 
     /// One GET of `kind` `namespace/name`.
@@ -187,12 +198,35 @@ impl ObjectSource {
         refs: impl IntoIterator<Item = (ObjectKind, String)>,
     ) -> Objects {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        if let Some(cache) = &self.cache {
+            // Idempotent: the pod's current references, whichever part of it is being synced.
+            let keys = pod_refs(pod)
+                .into_iter()
+                .map(|(k, n)| (k, ns.to_string(), n))
+                .collect();
+            cache.register(crate::podutil::uid(pod), keys);
+        }
         let mut out = Objects::default();
         for key in refs {
             if out.0.contains_key(&key) {
                 continue;
             }
-            let got = self.get(key.0, ns, &key.1).await;
+            let k = (key.0, ns.to_string(), key.1.clone());
+            let got = match &self.cache {
+                Some(c) if c.is_ttl() => match c.cached(&k).await {
+                    Some(got) => got,
+                    None => {
+                        let got = self.get(key.0, ns, &key.1).await;
+                        c.store(&k, got.clone());
+                        got
+                    }
+                },
+                Some(c) => match c.get(&k).await {
+                    Some(got) => got,
+                    None => self.get(key.0, ns, &key.1).await,
+                },
+                None => self.get(key.0, ns, &key.1).await,
+            };
             out.0.insert(key, got);
         }
         out
@@ -218,6 +252,22 @@ pub fn env_refs(c: &k8s_openapi::api::core::v1::Container) -> Vec<(ObjectKind, S
         if let Some(r) = &from.secret_key_ref {
             refs.push((ObjectKind::Secret, r.name.clone()));
         }
+    }
+    refs
+}
+
+/// Everything a pod references: its volumes and the env of all its containers.
+pub fn pod_refs(pod: &Pod) -> std::collections::BTreeSet<(ObjectKind, String)> {
+    let mut refs: std::collections::BTreeSet<_> = volume_refs(pod).into_iter().collect();
+    let (init, regular) = (
+        crate::podutil::init_containers(pod),
+        crate::podutil::containers(pod),
+    );
+    for c in init.iter().chain(regular) {
+        refs.extend(env_refs(c));
+    }
+    for e in crate::podutil::ephemeral_specs(pod) {
+        refs.extend(env_refs(&crate::podutil::ephemeral_as_container(e)));
     }
     refs
 }

@@ -237,7 +237,7 @@ pub const FIELDS: &[Field] = &[
         "configMapAndSecretChangeDetectionStrategy",
         Str,
         r#""Watch""#,
-        NotYet,
+        Implemented,
     ),
     f("systemReserved", StrMap, "", NotYet),
     f("kubeReserved", StrMap, "", NotYet),

@@ -95,7 +95,9 @@ fn set_up_dir(dir: &Path) -> Result<(), VolumeError> {
         .create(dir)
         .map_err(io("create directory", dir))?;
     let meta = std::fs::symlink_metadata(dir).map_err(io("stat", dir))?;
-    if meta.permissions().mode() & 0o7777 != PERM {
+    // Permission bits only, as upstream's `Perm()`: the setgid fsGroup ownership added must
+    // survive the set up every later sync repeats.
+    if meta.permissions().mode() & 0o777 != PERM {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PERM))
             .map_err(io("chmod", dir))?;
     }

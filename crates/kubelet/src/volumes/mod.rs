@@ -16,6 +16,7 @@ pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
 pub mod mounts;
+pub mod ownership;
 pub mod projected;
 pub mod subpath;
 
@@ -174,10 +175,17 @@ pub fn set_up_pod_with(
     inputs: &projected::Inputs<'_>,
 ) -> Result<PodVolumes, Vec<SetUpError>> {
     let memory_cap = empty_dir::pod_memory_limit(pod).or(node_memory);
+    let fs_group = fs_group(pod);
     let mut done = BTreeMap::new();
     let mut errors = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        match set_up_volume(pod_dir, pod, v, memory_cap, inputs) {
+        let fresh =
+            v.empty_dir.is_some() && !volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name).exists();
+        let res = set_up_volume(pod_dir, pod, v, memory_cap, inputs).and_then(|path| {
+            set_up_ownership(v, &path, fs_group, fresh)?;
+            Ok(path)
+        });
+        match res {
             Ok(path) => {
                 done.insert(v.name.clone(), path);
             }
@@ -192,6 +200,37 @@ pub fn set_up_pod_with(
     } else {
         Err(errors)
     }
+}
+
+/// `spec.securityContext.fsGroup`, when it is a valid group ID.
+fn fs_group(pod: &Pod) -> Option<u32> {
+    let g = pod.spec.as_ref()?.security_context.as_ref()?.fs_group?;
+    u32::try_from(g).ok()
+}
+
+/// Upstream's `SetVolumeOwnership` calls in the plugins' `SetUpAt`: emptyDir once, when it is
+/// created (`fresh`; later set ups return early in upstream as the volume is ready); configMap,
+/// secret, downwardAPI and projected (read-only) after every write of their files, so new files
+/// get the group too. All with no policy: a full walk. hostPath is never changed.
+fn set_up_ownership(
+    v: &Volume,
+    path: &Path,
+    fs_group: Option<u32>,
+    fresh: bool,
+) -> Result<(), VolumeError> {
+    let read_only = v.config_map.is_some()
+        || v.secret.is_some()
+        || v.downward_api.is_some()
+        || v.projected.is_some();
+    if read_only || (v.empty_dir.is_some() && fresh) {
+        ownership::set_volume_ownership(
+            path,
+            fs_group,
+            ownership::ChangePolicy::Always,
+            read_only,
+        )?;
+    }
+    Ok(())
 }
 
 fn set_up_volume(

@@ -671,12 +671,23 @@ pub struct Registry {
 
 impl Registry {
     pub fn up(tag: &str) -> Registry {
+        Self::start(tag, None)
+    }
+
+    /// A registry that answers only requests with basic auth as `user`/`password` (htpasswd);
+    /// [`Registry::push`] uses those credentials.
+    pub fn up_with_auth(tag: &str, user: &str, password: &str) -> Registry {
+        Self::start(tag, Some(format!("{user}:{password}")))
+    }
+
+    fn start(tag: &str, creds: Option<String>) -> Registry {
         let dir = PathBuf::from(format!("/tmp/rkt-reg-{tag}-{}", std::process::id()));
         let script = repo_root().join("hack/registry.sh");
         let _ = Command::new(&script).arg("down").arg(&dir).output();
         let out = Command::new(&script)
             .arg("up")
             .arg(&dir)
+            .args(creds)
             .output()
             .expect("run hack/registry.sh");
         // Built before the check so a failed start is still cleaned up by Drop.
