@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, Client};
 use rkubelet_cri::api;
 use serde::Deserialize;
-use tracing::{debug, warn};
+use tracing::warn;
 
 /// Secret types and keys (upstream `v1.SecretTypeDockerConfigJson` etc.).
 pub const TYPE_DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
@@ -317,40 +317,20 @@ pub fn repository(image: &str) -> String {
 /// The pod's pull secrets as upstream `getPullSecretsForPod` reads them: each named secret, a
 /// missing or unreadable one logged and skipped ("The image pull may not succeed").
 ///
-/// Upstream does not read the service account here: the ServiceAccount admission plugin copies
-/// its `imagePullSecrets` into the pod at creation, and the Node authorizer only lets a node read
-/// secrets named by its pods (a GET of a serviceaccount is denied to nodes in 1.20, only `create
-/// token` is allowed). The service account is still asked, so a cluster that grants the node that
-/// read gets its pull secrets too; any error there (403, 404) is logged at debug and ignored.
+/// The service account is not read here, as upstream: the ServiceAccount admission plugin copies
+/// its `imagePullSecrets` into the pod at creation, and the Node authorizer denies nodes a GET of
+/// a serviceaccount (only `create token`), so asking would cost a 403 per pull.
 pub async fn pod_pull_secrets(client: &Client, pod: &Pod) -> Vec<Secret> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let spec = pod.spec.as_ref();
-    let mut names: Vec<String> = spec
+    let names: Vec<String> = pod
+        .spec
+        .as_ref()
         .and_then(|s| s.image_pull_secrets.as_ref())
         .into_iter()
         .flatten()
         .map(|r| r.name.clone())
         .filter(|n| !n.is_empty())
         .collect();
-    let sa = spec
-        .and_then(|s| s.service_account_name.clone())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".to_string());
-    match Api::<ServiceAccount>::namespaced(client.clone(), ns)
-        .get(&sa)
-        .await
-    {
-        Ok(acct) => {
-            for r in acct.image_pull_secrets.into_iter().flatten() {
-                if !r.name.is_empty() && !names.contains(&r.name) {
-                    names.push(r.name);
-                }
-            }
-        }
-        Err(e) => {
-            debug!(namespace = ns, service_account = %sa, error = %e, "no pull secrets from service account")
-        }
-    }
     let api = Api::<Secret>::namespaced(client.clone(), ns);
     let mut out = Vec::new();
     for n in names {
