@@ -19,7 +19,7 @@ log "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 log "cargo test (unit + integration)"
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast
 
 # Integration tests use /tmp/rkt-* and bridges rkbr101..rkbr255; nothing of theirs may survive.
 leftovers=""
