@@ -166,7 +166,25 @@ async fn pull_secrets_against_an_auth_registry() {
         );
     }
 
-    for name in ["with-secret", "legacy-cfg", "bad-then-good"] {
+    // A service account's pull secrets reach the pod the upstream way: ServiceAccount admission
+    // copies them into a pod that names none; the node never reads the service account.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: puller, namespace: default}\nimagePullSecrets: [{name: good}]\n"),
+    );
+    let via_sa = pod("via-sa", &env.node, &image, &[]).replace(
+        "  automountServiceAccountToken: false\n",
+        "  serviceAccountName: puller\n  automountServiceAccountToken: false\n",
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&via_sa));
+    let copied = cp.get_json(&["pod", "via-sa"]).expect("pod via-sa");
+    assert_eq!(
+        copied["spec"]["imagePullSecrets"][0]["name"], "good",
+        "admission did not copy the service account's pull secret: {}",
+        copied["spec"]
+    );
+
+    for name in ["with-secret", "legacy-cfg", "bad-then-good", "via-sa"] {
         let p = wait_until(Duration::from_secs(90), &format!("{name} Running"), || {
             let p = cp.get_json(&["pod", name])?;
             (p["status"]["phase"] == "Running").then_some(p)
