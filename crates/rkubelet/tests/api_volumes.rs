@@ -12,12 +12,6 @@ use serde_json::Value;
 /// The resync period these tests run with, so a changed object shows within seconds.
 const SYNC: &str = "--sync-frequency=5s";
 
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = cp.node_kubeconfig(&env.node);
-    let kc = format!("--kubeconfig={}", kc.display());
-    env.start_kubelet_with(&[&kc, "--node-ip=127.0.0.1", SYNC]);
-}
-
 /// Runs `cmd` in the container with this ID through CRI ExecSync: exit code and stdout.
 async fn exec(env: &Env, container_id: &str, cmd: &[&str]) -> (i32, String) {
     let out = env
@@ -39,23 +33,6 @@ async fn out(env: &Env, id: &str, cmd: &[&str]) -> String {
     let (code, text) = exec(env, id, cmd).await;
     assert_eq!(code, 0, "{cmd:?}: {text}");
     text
-}
-
-/// The events recorded for a pod, as `(reason, message)`.
-fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String)> {
-    let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
-    let ev = cp
-        .get_json(&["events", "--field-selector", &sel])
-        .unwrap_or_default();
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("reason"), s("message"))
-        })
-        .collect()
 }
 
 fn waiting(pod: &Value) -> Option<(String, String)> {
@@ -120,7 +97,7 @@ spec:
 async fn config_maps_and_secrets_as_files_and_env() {
     let cp = ControlPlane::up("cm1");
     let mut env = Env::new(191);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[SYNC]);
     cp.kubectl(&[
         "create",
         "configmap",
@@ -278,7 +255,7 @@ async fn config_maps_and_secrets_as_files_and_env() {
     let restarts = |p: &Value| p["status"]["containerStatuses"][0]["restartCount"].clone();
     cp.kubectl(&["delete", "configmap", "cfg"]);
     wait_until(Duration::from_secs(30), "FailedMount after delete", || {
-        pod_events(&cp, "reader")
+        cp.pod_events("reader")
             .iter()
             .any(|(r, m)| r == "FailedMount" && m.contains("configmap \"cfg\" not found"))
             .then_some(())
@@ -321,7 +298,7 @@ spec:
 async fn missing_required_objects_are_reported() {
     let cp = ControlPlane::up("cm2");
     let mut env = Env::new(192);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[SYNC]);
     cp.kubectl(&[
         "create",
         "configmap",
@@ -355,7 +332,7 @@ async fn missing_required_objects_are_reported() {
 
     // A missing volume object: FailedMount events, the container waits in ContainerCreating.
     let evs = wait_until(Duration::from_secs(60), "FailedMount event", || {
-        let evs = pod_events(&cp, "needs-volume");
+        let evs = cp.pod_events("needs-volume");
         evs.iter()
             .any(|(r, m)| r == "FailedMount" && m.ends_with("not found"))
             .then_some(evs)

@@ -9,16 +9,6 @@ use common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = cp.node_kubeconfig(&env.node);
-    let kc = format!("--kubeconfig={}", kc.display());
-    env.start_kubelet_with(&[
-        &kc,
-        "--node-ip=127.0.0.1",
-        "--node-labels=rkubelet.test/role=worker",
-    ]);
-}
-
 fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]
         .as_array()?
@@ -53,7 +43,7 @@ spec:
 async fn node_registers_ready_and_renews_its_lease() {
     let cp = ControlPlane::up("node");
     let mut env = Env::new(121);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     let node = wait_json("node Ready", Duration::from_secs(30), || {
         let n = cp.get_json(&["node", &env.node])?;
         (condition(&n, "Ready")?["status"] == "True").then_some(n)
@@ -143,7 +133,7 @@ async fn node_registers_ready_and_renews_its_lease() {
 
     // A restart re-registers the same Node object (same UID), never a second one.
     env.stop_kubelet(Signal::SIGKILL);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let again = cp.get_json(&["node", &env.node]).unwrap();
     assert_eq!(again["metadata"]["uid"], node["metadata"]["uid"]);
@@ -161,7 +151,7 @@ async fn node_registers_ready_and_renews_its_lease() {
 async fn api_pods_run_report_status_and_are_deleted_gracefully() {
     let cp = ControlPlane::up("pods");
     let mut env = Env::new(122);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     let created = Instant::now();
     cp.kubectl_stdin(
         &["create", "-f", "-"],
@@ -225,7 +215,7 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         .map(|c| c.id)
         .collect();
     env.stop_kubelet(Signal::SIGKILL);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     tokio::time::sleep(Duration::from_secs(4)).await;
     let after: Vec<_> = env
         .containers_of(&uid)
@@ -291,7 +281,7 @@ async fn static_pods_have_mirror_pods_that_come_back() {
     let cp = ControlPlane::up("mirror");
     let mut env = Env::new(123);
     env.write_manifest("web.yaml", &static_web("one"));
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     let name = format!("web-{}", env.node);
 
     // The mirror pod shows the static pod, with its hash, owned by the Node, and its status.
@@ -369,7 +359,7 @@ async fn static_pods_have_mirror_pods_that_come_back() {
 async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
     let cp = ControlPlane::up("outage");
     let mut env = Env::new(124);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     cp.kubectl_stdin(
         &["create", "-f", "-"],
         Some(&pod_manifest("steady", &env.node, SLEEPER, 2)),
@@ -469,7 +459,7 @@ fn has_reason(evs: &[(String, String, String)], reason: &str) -> bool {
 async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
     let cp = ControlPlane::up("admit");
     let mut env = Env::new(125);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     wait_json("node Ready", Duration::from_secs(30), || {
         let n = cp.get_json(&["node", &env.node])?;
         (condition(&n, "Ready")?["status"] == "True").then_some(n)
@@ -645,7 +635,7 @@ async fn ephemeral_containers_join_the_target_and_never_restart() {
     // own fallback to that API fails in its client scheme ("no kind EphemeralContainers").
     let cp = ControlPlane::up("debug");
     let mut env = Env::new(127);
-    start_node(&cp, &mut env);
+    env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     cp.kubectl_stdin(
         &["create", "-f", "-"],
         Some(&pod_manifest("app", &env.node, SLEEPER, 2)),

@@ -15,12 +15,6 @@ use serde_json::Value;
 /// The resync period these tests run with, so label changes show within seconds.
 const SYNC: &str = "--sync-frequency=5s";
 
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = cp.node_kubeconfig(&env.node);
-    let kc = format!("--kubeconfig={}", kc.display());
-    env.start_kubelet_with(&[&kc, "--node-ip=127.0.0.1", SYNC]);
-}
-
 /// Unmounts whatever a failed test left mounted below the node's directory, so that a panic
 /// leaves no tmpfs behind (a passing test checks that the kubelet removed everything itself).
 struct Unmounter(PathBuf);
@@ -151,7 +145,7 @@ async fn downward_api_files_modes_and_label_updates() {
     let cp = ControlPlane::up("proj1");
     let mut env = Env::new(201);
     let _unmount = Unmounter(env.root.clone());
-    start_node(&cp, &mut env);
+    env.join(&cp, &[SYNC]);
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&dapi_manifest(&env.node)));
     let pod = running(&cp, "dapi");
 
@@ -332,7 +326,7 @@ async fn projected_volume_with_every_source() {
     let cp = ControlPlane::up("proj2");
     let mut env = Env::new(202);
     let _unmount = Unmounter(env.root.clone());
-    start_node(&cp, &mut env);
+    env.join(&cp, &[SYNC]);
     cp.kubectl(&["create", "serviceaccount", "robot"]);
     cp.kubectl(&[
         "create",
@@ -469,7 +463,7 @@ async fn service_account_token_reaches_the_apiserver() {
     let cp = ControlPlane::up("proj3");
     let mut env = Env::new(203);
     let _unmount = Unmounter(env.root.clone());
-    start_node(&cp, &mut env);
+    env.join(&cp, &[SYNC]);
     cp.kubectl_stdin(
         &["create", "-f", "-"],
         Some(&api_client_manifest(&env.node)),
@@ -577,29 +571,12 @@ async fn service_account_token_reaches_the_apiserver() {
     delete_and_check_clean(&cp, &env, &pod);
 }
 
-/// The events recorded for a pod, as `(reason, message)`.
-fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String)> {
-    let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
-    let ev = cp
-        .get_json(&["events", "--field-selector", &sel])
-        .unwrap_or_default();
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("reason"), s("message"))
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn missing_projected_source_waits_then_starts() {
     let cp = ControlPlane::up("proj4");
     let mut env = Env::new(204);
     let _unmount = Unmounter(env.root.clone());
-    start_node(&cp, &mut env);
+    env.join(&cp, &[SYNC]);
     let manifest = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -631,7 +608,7 @@ spec:
         Duration::from_secs(30),
         "FailedMount naming the configMap",
         || {
-            pod_events(&cp, "waiter")
+            cp.pod_events("waiter")
             .iter()
             .any(|(r, m)| {
                 r == "FailedMount"

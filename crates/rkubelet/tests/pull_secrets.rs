@@ -14,12 +14,6 @@ use serde_json::Value;
 const USER: &str = "alice";
 const PASSWORD: &str = "pull-s3cret";
 
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = cp.node_kubeconfig(&env.node);
-    let kc = format!("--kubeconfig={}", kc.display());
-    env.start_kubelet_with(&[&kc, "--node-ip=127.0.0.1"]);
-}
-
 fn pod(name: &str, node: &str, image: &str, secrets: &[&str]) -> String {
     let pull = if secrets.is_empty() {
         String::new()
@@ -44,23 +38,6 @@ spec:
     command: ["sh", "-c", {SLEEPER:?}]
 "#
     )
-}
-
-/// The events recorded for a pod, as `(reason, message)`.
-fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String)> {
-    let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
-    let ev = cp
-        .get_json(&["events", "--field-selector", &sel])
-        .unwrap_or_default();
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("reason"), s("message"))
-        })
-        .collect()
 }
 
 fn waiting(p: &Value) -> Option<(String, String)> {
@@ -90,7 +67,7 @@ fn expect_unauthorized(cp: &ControlPlane, env: &Env, name: &str, image: &str) {
         tail(&env.kubelet_log(), 30)
     );
     let (_, ev) = wait_until(Duration::from_secs(30), "Failed event", || {
-        pod_events(cp, name)
+        cp.pod_events(name)
             .into_iter()
             .find(|(r, m)| r == "Failed" && m.starts_with("Failed to pull image"))
     });
@@ -114,7 +91,7 @@ async fn pull_secrets_against_an_auth_registry() {
     let cp = ControlPlane::up("pull1");
     let mut env = Env::new(211);
     env.trust_registry(&reg);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
 
     // The registry really wants credentials.
     let (code, body) = http_get("127.0.0.1", reg_port(&reg), "/v2/").unwrap();
@@ -190,7 +167,7 @@ async fn pull_secrets_against_an_auth_registry() {
             (p["status"]["phase"] == "Running").then_some(p)
         });
         assert_eq!(p["status"]["containerStatuses"][0]["ready"], true);
-        let pulled = pod_events(&cp, name);
+        let pulled = cp.pod_events(name);
         assert!(
             pulled
                 .iter()

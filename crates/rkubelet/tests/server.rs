@@ -12,15 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-/// Starts rkubelet as a node of `cp` with the cluster CA as `--client-ca-file` (as kubeadm does),
-/// so the apiserver's kubelet-client cert authenticates; authn/authz use the file defaults
-/// (webhook token auth, Webhook authorization, no anonymous).
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = format!("--kubeconfig={}", cp.node_kubeconfig(&env.node).display());
-    let ca = format!("--client-ca-file={}", cp.dir.join("pki/ca.crt").display());
-    env.start_kubelet_with(&[&kc, &ca, "--node-ip=127.0.0.1"]);
-}
-
 fn pod_manifest(name: &str, node: &str, script: &str) -> String {
     format!(
         r#"apiVersion: v1
@@ -87,7 +78,7 @@ fn curl(env: &Env, path: &str, extra: &[&str]) -> (u16, String) {
 async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
     let cp = ControlPlane::up("srv-logs");
     let mut env = Env::new(171);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest(
@@ -169,7 +160,7 @@ async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
 async fn kubectl_logs_previous_after_a_restart() {
     let cp = ControlPlane::up("srv-prev");
     let mut env = Env::new(172);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest(
@@ -200,7 +191,7 @@ async fn kubectl_logs_previous_after_a_restart() {
 async fn secure_port_authenticates_and_authorizes() {
     let cp = ControlPlane::up("srv-auth");
     let mut env = Env::new(173);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
 
     // No credentials: 401, on every path (healthz included), as upstream.
     for path in ["/pods", "/healthz", "/containerLogs/default/x/y"] {
@@ -313,7 +304,7 @@ async fn debugging_handlers_off_answer_405() {
     let cp = ControlPlane::up("srv-nodebug");
     let mut env = Env::new(174);
     env.extra_config = "enableDebuggingHandlers: false\n".into();
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest("quiet", &env.node, "echo hello; sleep 3600")),

@@ -10,12 +10,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = format!("--kubeconfig={}", cp.node_kubeconfig(&env.node).display());
-    let ca = format!("--client-ca-file={}", cp.dir.join("pki/ca.crt").display());
-    env.start_kubelet_with(&[&kc, &ca, "--node-ip=127.0.0.1"]);
-}
-
 fn summary(cp: &ControlPlane, node: &str) -> Value {
     let raw = cp.kubectl(&[
         "get",
@@ -90,7 +84,7 @@ spec:
 async fn summary_through_the_apiserver_moves_with_load() {
     let cp = ControlPlane::up("stat1");
     let mut env = Env::new(231);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     let node = env.node.clone();
     cp.kubectl_stdin(&["apply", "-f", "-"], Some(&manifest(&node)));
     let pod = wait_until(Duration::from_secs(60), "api pod running", || {

@@ -14,12 +14,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn start_node(cp: &ControlPlane, env: &mut Env) {
-    let kc = format!("--kubeconfig={}", cp.node_kubeconfig(&env.node).display());
-    let ca = format!("--client-ca-file={}", cp.dir.join("pki/ca.crt").display());
-    env.start_kubelet_with(&[&kc, &ca, "--node-ip=127.0.0.1"]);
-}
-
 /// A pod on `node`; `extra` is appended to the container (YAML at container indentation).
 fn pod_manifest(name: &str, node: &str, script: &str, extra: &str) -> String {
     format!(
@@ -144,7 +138,7 @@ const SPDY: [&str; 6] = [
 async fn kubectl_exec_commands_exit_codes_and_interactive_sessions() {
     let cp = ControlPlane::up("strm1");
     let mut env = Env::new(221);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest("shell", &env.node, SLEEPER, "")),
@@ -357,7 +351,7 @@ async fn kubectl_exec_commands_exit_codes_and_interactive_sessions() {
 async fn kubectl_port_forward_fetches_a_page() {
     let cp = ControlPlane::up("strm2");
     let mut env = Env::new(222);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest(
@@ -439,7 +433,7 @@ async fn kubectl_port_forward_fetches_a_page() {
 async fn kubectl_attach_to_stdin_and_output() {
     let cp = ControlPlane::up("strm3");
     let mut env = Env::new(223);
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest(
@@ -529,7 +523,7 @@ async fn exec_with_debugging_handlers_off_fails_with_upstreams_message() {
     let cp = ControlPlane::up("strm4");
     let mut env = Env::new(224);
     env.extra_config = "enableDebuggingHandlers: false\n".into();
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest("quiet", &env.node, SLEEPER, "")),
@@ -562,7 +556,7 @@ async fn idle_streams_are_closed_after_streaming_connection_idle_timeout() {
     let mut env = Env::new(225);
     // Shorter than kubectl's 5 s SPDY ping period, so the pings do not count as traffic here.
     env.extra_config = "streamingConnectionIdleTimeout: 2s\n".into();
-    start_node(&cp, &mut env);
+    env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&pod_manifest(

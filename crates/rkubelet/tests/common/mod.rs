@@ -114,6 +114,17 @@ impl Env {
         self.start_kubelet_with(&[]);
     }
 
+    /// Starts rkubelet as a node of `cp`, as kubeadm joins one: node credentials, the cluster CA
+    /// as `--client-ca-file` (so the apiserver's kubelet-client cert authenticates on 10250),
+    /// InternalIP 127.0.0.1; then `extra` flags.
+    pub fn join(&mut self, cp: &ControlPlane, extra: &[&str]) {
+        let kc = format!("--kubeconfig={}", cp.node_kubeconfig(&self.node).display());
+        let ca = format!("--client-ca-file={}", cp.dir.join("pki/ca.crt").display());
+        let mut args = vec![kc.as_str(), ca.as_str(), "--node-ip=127.0.0.1"];
+        args.extend_from_slice(extra);
+        self.start_kubelet_with(&args);
+    }
+
     pub fn start_kubelet_with(&mut self, extra: &[&str]) {
         let cfg = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
@@ -561,6 +572,23 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The events recorded for pod `name` in the default namespace, as `(reason, message)`.
+    pub fn pod_events(&self, name: &str) -> Vec<(String, String)> {
+        let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
+        let ev = self
+            .get_json(&["events", "--field-selector", &sel])
+            .unwrap_or_default();
+        ev["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (s("reason"), s("message"))
+            })
+            .collect()
     }
 
     /// `kubectl get -o json`, or None when it does not exist.
