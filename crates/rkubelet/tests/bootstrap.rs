@@ -100,25 +100,6 @@ fn start_bootstrapping(cp: &ControlPlane, env: &mut Env, extra: &[&str]) -> (Pat
     (kubeconfig, cert_dir)
 }
 
-fn pod_manifest(name: &str, node: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  nodeName: {node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {IMAGE}
-    command: ["sh", "-c", {script:?}]
-"#
-    )
-}
-
 fn running_container(cp: &ControlPlane, pod: &str) -> Option<(String, i64)> {
     let p = cp.get_json(&["pod", pod])?;
     let cs = &p["status"]["containerStatuses"][0];
@@ -202,7 +183,7 @@ async fn bootstrap_join_from_token_alone() {
     // The node acts as itself: pods bound to it run.
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("joined", &env.node, SLEEPER)),
+        Some(&api_pod("joined", &env.node, SLEEPER, 1, "")),
     );
     wait_until(Duration::from_secs(90), "pod running", || {
         running_container(&cp, "joined")
@@ -255,7 +236,7 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
     let first_expiry = not_after(&first[0]);
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("steady", &env.node, SLEEPER)),
+        Some(&api_pod("steady", &env.node, SLEEPER, 1, "")),
     );
     let (container, _) = wait_until(Duration::from_secs(90), "pod running", || {
         running_container(&cp, "steady")
@@ -387,10 +368,12 @@ async fn server_tls_bootstrap_serves_cluster_signed_cert() {
     // `kubectl logs` through the apiserver still works over the new cert.
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "talker",
             &env.node,
             "echo hello-from-bootstrap; sleep 3600",
+            1,
+            "",
         )),
     );
     wait_until(Duration::from_secs(90), "pod running", || {

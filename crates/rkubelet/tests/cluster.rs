@@ -20,25 +20,6 @@ fn wait_json(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<Value>
     wait_until(timeout, what, &mut f)
 }
 
-fn pod_manifest(name: &str, node: &str, script: &str, grace: u32) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  nodeName: {node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: {grace}
-  containers:
-  - name: main
-    image: {IMAGE}
-    command: ["sh", "-c", {script:?}]
-"#
-    )
-}
-
 #[tokio::test]
 async fn node_registers_ready_and_renews_its_lease() {
     let cp = ControlPlane::up("node");
@@ -123,7 +104,7 @@ async fn node_registers_ready_and_renews_its_lease() {
             c.stdin
                 .take()
                 .unwrap()
-                .write_all(pod_manifest("sneaky", &env.node, "true", 1).as_bytes())?;
+                .write_all(api_pod("sneaky", &env.node, "true", 1, "").as_bytes())?;
             c.wait_with_output()
         })
         .unwrap();
@@ -155,11 +136,11 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
     let created = Instant::now();
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("app", &env.node, SLEEPER, 10)),
+        Some(&api_pod("app", &env.node, SLEEPER, 10, "")),
     );
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("crasher", &env.node, "sleep 1; exit 3", 1)),
+        Some(&api_pod("crasher", &env.node, "sleep 1; exit 3", 1, "")),
     );
 
     let pod = wait_json("app Running in the API", Duration::from_secs(30), || {
@@ -362,10 +343,10 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
     env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("steady", &env.node, SLEEPER, 2)),
+        Some(&api_pod("steady", &env.node, SLEEPER, 2, "")),
     );
     // Finishes while the apiserver is away: its final status is a pending update.
-    let finisher = pod_manifest("finisher", &env.node, "sleep 25", 2)
+    let finisher = api_pod("finisher", &env.node, "sleep 25", 2, "")
         .replace("spec:\n", "spec:\n  restartPolicy: Never\n");
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&finisher));
     let steady = wait_json("pods Running", Duration::from_secs(30), || {
@@ -481,7 +462,7 @@ async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
 
     // A pod asking for more memory than the node has is rejected, as upstream does it: phase
     // Failed, reason OutOfmemory, a Warning event, and no sandbox.
-    let hog = pod_manifest("hog", &env.node, SLEEPER, 1).replace(
+    let hog = api_pod("hog", &env.node, SLEEPER, 1, "").replace(
         "    command:",
         "    resources:\n      requests:\n        memory: 1Pi\n    command:",
     );
@@ -505,7 +486,7 @@ async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
     assert!(evs.iter().any(|(t, _, _)| t == "Warning"), "{evs:?}");
 
     // A node selector this node does not satisfy.
-    let picky = pod_manifest("picky", &env.node, SLEEPER, 1).replace(
+    let picky = api_pod("picky", &env.node, SLEEPER, 1, "").replace(
         "spec:\n",
         "spec:\n  nodeSelector:\n    rkubelet.test/role: gpu\n",
     );
@@ -517,7 +498,7 @@ async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
     assert_eq!(picky["status"]["reason"], "NodeAffinity");
 
     // One that fits runs, and its life shows as events on the pod and its container.
-    let fits = pod_manifest("fits", &env.node, SLEEPER, 2).replace(
+    let fits = api_pod("fits", &env.node, SLEEPER, 2, "").replace(
         "    command:",
         "    resources:\n      requests:\n        memory: 16Mi\n        cpu: 10m\n    command:",
     );
@@ -570,7 +551,7 @@ async fn pods_that_do_not_fit_are_rejected_and_events_are_recorded() {
     // Rejected pods hold no resources: a second pod that fits is admitted too.
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("after", &env.node, SLEEPER, 1)),
+        Some(&api_pod("after", &env.node, SLEEPER, 1, "")),
     );
     wait_json("after Running", Duration::from_secs(30), || {
         let p = cp.get_json(&["pod", "after"])?;
@@ -590,7 +571,7 @@ async fn restart_keeps_running_pods_that_no_longer_fit() {
     for name in ["first", "second"] {
         cp.kubectl_stdin(
             &["create", "-f", "-"],
-            Some(&pod_manifest(name, &env.node, SLEEPER, 1)),
+            Some(&api_pod(name, &env.node, SLEEPER, 1, "")),
         );
     }
     let mut ids = Vec::new();
@@ -607,7 +588,7 @@ async fn restart_keeps_running_pods_that_no_longer_fit() {
     // A new pod proves admission ran after the restart: the node is full.
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("third", &env.node, SLEEPER, 1)),
+        Some(&api_pod("third", &env.node, SLEEPER, 1, "")),
     );
     let third = wait_json("third rejected", Duration::from_secs(30), || {
         let p = cp.get_json(&["pod", "third"])?;
@@ -638,7 +619,7 @@ async fn ephemeral_containers_join_the_target_and_never_restart() {
     env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&pod_manifest("app", &env.node, SLEEPER, 2)),
+        Some(&api_pod("app", &env.node, SLEEPER, 2, "")),
     );
     wait_json("app Running", Duration::from_secs(30), || {
         let p = cp.get_json(&["pod", "app"])?;

@@ -12,25 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn pod_manifest(name: &str, node: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  nodeName: {node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {IMAGE}
-    command: ["sh", "-c", {script:?}]
-"#
-    )
-}
-
 /// `kubectl` as admin; Ok(stdout) or Err(stderr).
 fn kubectl_try(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
     let out = Command::new("kubectl")
@@ -50,15 +31,6 @@ fn kubectl_try(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
 fn restart_count(cp: &ControlPlane, pod: &str) -> Option<i64> {
     let p = cp.get_json(&["pod", pod])?;
     p["status"]["containerStatuses"][0]["restartCount"].as_i64()
-}
-
-fn wait_running(cp: &ControlPlane, pod: &str) {
-    wait_until(Duration::from_secs(90), &format!("{pod} running"), || {
-        let p: Value = cp.get_json(&["pod", pod])?;
-        p["status"]["containerStatuses"][0]["state"]["running"]
-            .is_object()
-            .then_some(())
-    });
 }
 
 /// `curl` against the node's secure port: (HTTP code, body).
@@ -81,13 +53,15 @@ async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "counter",
             &env.node,
             "i=0; while true; do i=$((i+1)); echo line-$i; sleep 0.3; done",
+            1,
+            "",
         )),
     );
-    wait_running(&cp, "counter");
+    cp.wait_running("counter");
     let all = wait_until(Duration::from_secs(20), "5 log lines", || {
         let out = kubectl_try(&cp, &["logs", "counter"]).ok()?;
         (out.lines().count() >= 5).then_some(out)
@@ -163,10 +137,12 @@ async fn kubectl_logs_previous_after_a_restart() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "crasher",
             &env.node,
             "echo instance-$(cat /proc/sys/kernel/random/uuid); sleep 2; exit 3",
+            1,
+            "",
         )),
     );
     wait_until(Duration::from_secs(90), "a restart", || {
@@ -307,9 +283,15 @@ async fn debugging_handlers_off_answer_405() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest("quiet", &env.node, "echo hello; sleep 3600")),
+        Some(&api_pod(
+            "quiet",
+            &env.node,
+            "echo hello; sleep 3600",
+            1,
+            "",
+        )),
     );
-    wait_running(&cp, "quiet");
+    cp.wait_running("quiet");
     let err = kubectl_try(&cp, &["logs", "quiet"]).unwrap_err();
     assert!(
         err.contains("does not allow this method") || err.contains("Debug endpoints are disabled"),

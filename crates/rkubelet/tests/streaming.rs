@@ -12,36 +12,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::Value;
-
-/// A pod on `node`; `extra` is appended to the container (YAML at container indentation).
-fn pod_manifest(name: &str, node: &str, script: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  nodeName: {node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {IMAGE}
-    command: ["sh", "-c", {script:?}]
-{extra}"#
-    )
-}
-
-fn wait_running(cp: &ControlPlane, pod: &str) {
-    wait_until(Duration::from_secs(90), &format!("{pod} running"), || {
-        let p: Value = cp.get_json(&["pod", pod])?;
-        p["status"]["containerStatuses"][0]["state"]["running"]
-            .is_object()
-            .then_some(())
-    });
-}
 
 fn kubectl_cmd(cp: &ControlPlane, args: &[&str]) -> Command {
     let mut c = Command::new("kubectl");
@@ -141,9 +111,9 @@ async fn kubectl_exec_commands_exit_codes_and_interactive_sessions() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest("shell", &env.node, SLEEPER, "")),
+        Some(&api_pod("shell", &env.node, SLEEPER, 1, "")),
     );
-    wait_running(&cp, "shell");
+    cp.wait_running("shell");
 
     // A command's stdout and stderr come back on their own streams.
     let (code, out, err) = kubectl_io(
@@ -354,14 +324,15 @@ async fn kubectl_port_forward_fetches_a_page() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "web",
             &env.node,
             "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www",
+            1,
             "",
         )),
     );
-    wait_running(&cp, "web");
+    cp.wait_running("web");
     let mut child = kubectl_cmd(&cp, &["port-forward", "pod/web", ":8080"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -436,24 +407,26 @@ async fn kubectl_attach_to_stdin_and_output() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "echoer",
             &env.node,
             "while read l; do echo got:$l; done",
+            1,
             "    stdin: true\n",
         )),
     );
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "ticker",
             &env.node,
             "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.5; done",
+            1,
             "",
         )),
     );
-    wait_running(&cp, "echoer");
-    wait_running(&cp, "ticker");
+    cp.wait_running("echoer");
+    cp.wait_running("ticker");
 
     // Lines typed into `kubectl attach -i` reach the container's stdin; its answers come back.
     let mut child = kubectl_cmd(&cp, &["attach", "-i", "echoer"])
@@ -526,9 +499,9 @@ async fn exec_with_debugging_handlers_off_fails_with_upstreams_message() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest("quiet", &env.node, SLEEPER, "")),
+        Some(&api_pod("quiet", &env.node, SLEEPER, 1, "")),
     );
-    wait_running(&cp, "quiet");
+    cp.wait_running("quiet");
     let (code, _, err) = kubectl_io(&cp, &["exec", "quiet", "--", "true"], "");
     assert_ne!(code, 0);
     assert!(
@@ -559,14 +532,15 @@ async fn idle_streams_are_closed_after_streaming_connection_idle_timeout() {
     env.join(&cp, &[]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&pod_manifest(
+        Some(&api_pod(
             "idle",
             &env.node,
             SLEEPER,
+            1,
             "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 1\n",
         )),
     );
-    wait_running(&cp, "idle");
+    cp.wait_running("idle");
     // The prober's metrics are on /metrics/probes (through the apiserver's node proxy), not on
     // /metrics, as upstream.
     let probes = wait_until(Duration::from_secs(30), "a probe counted", || {

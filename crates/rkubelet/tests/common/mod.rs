@@ -462,6 +462,27 @@ pub fn uid(pod: &Pod) -> String {
 
 pub const IMAGE: &str = "rkubelet.local/busybox:1.35";
 
+/// A pod for the API (`kubectl create -f -`) bound to `node`, running `script` in busybox;
+/// `extra` is appended to the container (YAML at container indentation).
+pub fn api_pod(name: &str, node: &str, script: &str, grace: u32, extra: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: {grace}
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {script:?}]
+{extra}"#
+    )
+}
+
 /// A one-container pod manifest running `script` under sh.
 pub fn simple_pod(name: &str, restart_policy: &str, script: &str) -> String {
     format!(
@@ -572,6 +593,16 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits (90 s) until the first container of API pod `pod` is running.
+    pub fn wait_running(&self, pod: &str) {
+        wait_until(Duration::from_secs(90), &format!("{pod} running"), || {
+            let p = self.get_json(&["pod", pod])?;
+            p["status"]["containerStatuses"][0]["state"]["running"]
+                .is_object()
+                .then_some(())
+        });
     }
 
     /// The events recorded for pod `name` in the default namespace, as `(reason, message)`.
