@@ -74,8 +74,11 @@ fn first_component(p: &str) -> &str {
 }
 
 /// Writes `payload` into `target` (which must exist). Returns whether anything was written.
-/// Blocking.
-pub fn write(target: &Path, payload: &Payload) -> Result<bool, VolumeError> {
+/// `group_bits` are added to every file's mode: the bits the fsGroup ownership walk gives the
+/// files afterwards ([`super::ownership::read_only_file_bits`]), so that the files are written
+/// with their final mode and an unchanged payload compares equal to what is on disk instead of
+/// being rewritten on every sync. Blocking.
+pub fn write(target: &Path, payload: &Payload, group_bits: u32) -> Result<bool, VolumeError> {
     let mut clean_payload = Payload::new();
     for (p, f) in payload {
         validate_path(p).map_err(|why| VolumeError::InvalidPayloadPath {
@@ -89,7 +92,13 @@ pub fn write(target: &Path, payload: &Payload) -> Result<bool, VolumeError> {
                 why: "invalid path: must not be empty".into(),
             });
         }
-        clean_payload.insert(c, f.clone());
+        clean_payload.insert(
+            c,
+            FileProjection {
+                data: f.data.clone(),
+                mode: f.mode | group_bits,
+            },
+        );
     }
 
     let data_link = target.join(DATA_DIR);

@@ -76,6 +76,7 @@ pub fn set_up(
     src: &Source<'_>,
     objects: &Objects,
     memory_cap: Option<u64>,
+    group_bits: u32,
 ) -> Result<(), VolumeError> {
     let empty = ObjectData::default();
     let obj = match objects.get(src.kind, src.name) {
@@ -93,6 +94,6 @@ pub fn set_up(
         ..Default::default()
     };
     empty_dir::set_up(dir, &wrapper, memory_cap)?;
-    atomic_writer::write(dir, &payload)?;
+    atomic_writer::write(dir, &payload, group_bits)?;
     Ok(())
 }

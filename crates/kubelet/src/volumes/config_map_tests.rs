@@ -48,7 +48,7 @@ fn layout_is_upstreams() {
         ("dir/b".to_string(), file("2", 0o600)),
     ]
     .into();
-    assert!(atomic_writer::write(t, &payload).unwrap());
+    assert!(atomic_writer::write(t, &payload, 0).unwrap());
     let ts = link(&t.join(DATA_DIR));
     // ..YYYY_MM_DD_HH_MM_SS.NNNNNNNNN
     assert!(ts.starts_with("..") && ts.len() == 2 + 19 + 1 + 9, "{ts}");
@@ -63,7 +63,7 @@ fn layout_is_upstreams() {
     assert_eq!(dot_entries(t), vec![ts.clone(), DATA_DIR.to_string()]);
 
     // The same payload again writes nothing.
-    assert!(!atomic_writer::write(t, &payload).unwrap());
+    assert!(!atomic_writer::write(t, &payload, 0).unwrap());
     assert_eq!(link(&t.join(DATA_DIR)), ts);
 }
 
@@ -76,11 +76,11 @@ fn update_swaps_data_and_removes_old_entries() {
         ("dir/b".to_string(), file("2", 0o644)),
     ]
     .into();
-    atomic_writer::write(t, &first).unwrap();
+    atomic_writer::write(t, &first, 0).unwrap();
     let old = link(&t.join(DATA_DIR));
     // A mode change alone is a change too.
     let second: Payload = [("a".to_string(), file("1", 0o400))].into();
-    assert!(atomic_writer::write(t, &second).unwrap());
+    assert!(atomic_writer::write(t, &second, 0).unwrap());
     let new = link(&t.join(DATA_DIR));
     assert_ne!(old, new);
     assert_eq!(mode(&t.join("a")), 0o400);
@@ -90,9 +90,32 @@ fn update_swaps_data_and_removes_old_entries() {
         "stale link"
     );
     let third: Payload = [("a".to_string(), file("changed", 0o400))].into();
-    assert!(atomic_writer::write(t, &third).unwrap());
+    assert!(atomic_writer::write(t, &third, 0).unwrap());
     assert_eq!(std::fs::read_to_string(t.join("a")).unwrap(), "changed");
     assert_eq!(dot_entries(t).len(), 2);
+}
+
+/// With an fsGroup the ownership walk adds group bits after each write; the writer writes them
+/// from the start, so the next sync finds the payload unchanged instead of rewriting it.
+#[test]
+fn files_owned_by_an_fs_group_are_not_rewritten_each_sync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let bits = super::ownership::read_only_file_bits(Some(2000));
+    let payload: Payload = [("a".to_string(), file("1", 0o400))].into();
+    assert!(atomic_writer::write(t, &payload, bits).unwrap());
+    let first = link(&t.join(DATA_DIR));
+    assert_eq!(mode(&t.join("a")), 0o440);
+    super::ownership::set_volume_ownership(
+        t,
+        Some(2000),
+        super::ownership::ChangePolicy::Always,
+        true,
+    )
+    .unwrap();
+    assert!(!atomic_writer::write(t, &payload, bits).unwrap());
+    assert_eq!(link(&t.join(DATA_DIR)), first);
+    assert_eq!(mode(&t.join("a")), 0o440);
 }
 
 #[test]
@@ -100,19 +123,19 @@ fn stale_dirs_from_a_crash_are_removed() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     let payload: Payload = [("a".to_string(), file("1", 0o644))].into();
-    atomic_writer::write(t, &payload).unwrap();
+    atomic_writer::write(t, &payload, 0).unwrap();
     // A crash between writing a new dir and the swap leaves both.
     std::fs::create_dir(t.join("..2020_01_01_00_00_00.000000001")).unwrap();
     std::fs::write(t.join("..2020_01_01_00_00_00.000000001/a"), "x").unwrap();
     std::os::unix::fs::symlink("..2020_01_01_00_00_00.000000001", t.join(DATA_DIR_TMP)).unwrap();
     let changed: Payload = [("a".to_string(), file("2", 0o644))].into();
-    atomic_writer::write(t, &changed).unwrap();
+    atomic_writer::write(t, &changed, 0).unwrap();
     let current = link(&t.join(DATA_DIR));
     assert_eq!(dot_entries(t), vec![current, DATA_DIR.to_string()]);
     // Even an unchanged write cleans up, and recreates a lost visible link.
     std::fs::create_dir(t.join("..2020_01_01_00_00_00.000000002")).unwrap();
     std::fs::remove_file(t.join("a")).unwrap();
-    assert!(!atomic_writer::write(t, &changed).unwrap());
+    assert!(!atomic_writer::write(t, &changed, 0).unwrap());
     assert_eq!(dot_entries(t).len(), 2);
     assert_eq!(std::fs::read_to_string(t.join("a")).unwrap(), "2");
 }
@@ -126,7 +149,7 @@ fn payload_paths_are_validated() {
         ("..data", "invalid path: must not start with '..'"),
     ] {
         let payload: Payload = [(p.to_string(), file("x", 0o644))].into();
-        let err = atomic_writer::write(tmp.path(), &payload).unwrap_err();
+        let err = atomic_writer::write(tmp.path(), &payload, 0).unwrap_err();
         assert_eq!(err.to_string(), format!("{why}: {p:?}"));
     }
     assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none());

@@ -68,10 +68,11 @@ pub fn set_up(
     allocatable: &BTreeMap<String, Quantity>,
     default_mode: Option<i32>,
     memory_cap: Option<u64>,
+    group_bits: u32,
 ) -> Result<(), VolumeError> {
     let payload = collect_data(items, pod, allocatable, default_mode)?;
     set_up_memory_dir(dir, memory_cap)?;
-    atomic_writer::write(dir, &payload)?;
+    atomic_writer::write(dir, &payload, group_bits)?;
     Ok(())
 }
 

@@ -241,6 +241,7 @@ fn set_up_volume(
     inputs: &projected::Inputs<'_>,
 ) -> Result<PathBuf, VolumeError> {
     let objects = inputs.objects;
+    let group_bits = ownership::read_only_file_bits(fs_group(pod));
     if let Some(cm) = &v.config_map {
         let dir = volume_dir(pod_dir, config_map::CONFIG_MAP_PLUGIN, &v.name);
         let src = config_map::Source {
@@ -250,7 +251,7 @@ fn set_up_volume(
             default_mode: cm.default_mode,
             optional: cm.optional == Some(true),
         };
-        config_map::set_up(&dir, &src, objects, memory_cap)?;
+        config_map::set_up(&dir, &src, objects, memory_cap, group_bits)?;
         return Ok(dir);
     }
     if let Some(s) = &v.secret {
@@ -262,7 +263,7 @@ fn set_up_volume(
             default_mode: s.default_mode,
             optional: s.optional == Some(true),
         };
-        config_map::set_up(&dir, &src, objects, memory_cap)?;
+        config_map::set_up(&dir, &src, objects, memory_cap, group_bits)?;
         return Ok(dir);
     }
     if let Some(d) = &v.downward_api {
@@ -274,12 +275,13 @@ fn set_up_volume(
             inputs.allocatable,
             d.default_mode,
             memory_cap,
+            group_bits,
         )?;
         return Ok(dir);
     }
     if let Some(p) = &v.projected {
         let dir = volume_dir(pod_dir, projected::PROJECTED_PLUGIN, &v.name);
-        projected::set_up(&dir, p, pod, inputs, memory_cap)?;
+        projected::set_up(&dir, p, pod, inputs, memory_cap, group_bits)?;
         return Ok(dir);
     }
     if let Some(ed) = &v.empty_dir {

@@ -41,6 +41,16 @@ impl ChangePolicy {
     }
 }
 
+/// The permission bits the walk adds to a read-only volume's files for `fs_group`, for the
+/// atomic writer to write them from the start.
+pub fn read_only_file_bits(fs_group: Option<u32>) -> u32 {
+    if fs_group.is_some() {
+        RO_MASK
+    } else {
+        0
+    }
+}
+
 /// Upstream `requiresPermissionChange`: the root's group differs, it is not a directory, its
 /// permissions lack a required bit, or it lacks setgid.
 pub fn requires_change(root: &Path, gid: u32, read_only: bool) -> bool {

@@ -85,13 +85,11 @@ pub fn collect_data(
                 expiration_seconds: t.expiration_seconds,
             };
             // Upstream: with an fsGroup the token is 0600 and SetVolumeOwnership makes it 0640.
-            let has_fs_group = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.security_context.as_ref())
-                .and_then(|c| c.fs_group)
-                .is_some();
-            let mode = if has_fs_group { 0o600 } else { default_mode };
+            let mode = if super::fs_group(pod).is_some() {
+                0o600
+            } else {
+                default_mode
+            };
             match inputs.tokens.get(&spec) {
                 Ok(token) => {
                     payload.insert(
@@ -120,9 +118,10 @@ pub fn set_up(
     pod: &Pod,
     inputs: &Inputs<'_>,
     memory_cap: Option<u64>,
+    group_bits: u32,
 ) -> Result<(), VolumeError> {
     let payload = collect_data(src, pod, inputs)?;
     downward_api::set_up_memory_dir(dir, memory_cap)?;
-    atomic_writer::write(dir, &payload)?;
+    atomic_writer::write(dir, &payload, group_bits)?;
     Ok(())
 }

@@ -327,13 +327,13 @@ fn a_refreshed_token_is_written_through_a_new_data_dir() {
         projected::collect_data(&kube_api_access(), &pod(), &inputs).unwrap()
     };
     let dir = tmp.path();
-    assert!(atomic_writer::write(dir, &with_token("first")).unwrap());
+    assert!(atomic_writer::write(dir, &with_token("first"), 0).unwrap());
     let data = std::fs::read_link(dir.join(DATA_DIR)).unwrap();
     // A sync with the cached token writes nothing.
-    assert!(!atomic_writer::write(dir, &with_token("first")).unwrap());
+    assert!(!atomic_writer::write(dir, &with_token("first"), 0).unwrap());
     assert_eq!(std::fs::read_link(dir.join(DATA_DIR)).unwrap(), data);
     // The refreshed token swaps ..data; the other files come along unchanged.
-    assert!(atomic_writer::write(dir, &with_token("second")).unwrap());
+    assert!(atomic_writer::write(dir, &with_token("second"), 0).unwrap());
     assert_ne!(std::fs::read_link(dir.join(DATA_DIR)).unwrap(), data);
     assert_eq!(
         std::fs::read_to_string(dir.join("token")).unwrap(),
