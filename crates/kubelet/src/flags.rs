@@ -297,7 +297,7 @@ pub const FLAGS: &[Spec] = &[
         "streaming-connection-idle-timeout",
         Duration,
         "streamingConnectionIdleTimeout",
-        NotYet,
+        Implemented,
     ),
     cfg("node-status-update-frequency", Duration, "nodeStatusUpdateFrequency", NotYet),
     cfg("minimum-image-ttl-duration", Duration, "imageMinimumGCAge", NotYet),

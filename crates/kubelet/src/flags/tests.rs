@@ -178,9 +178,14 @@ fn one_notice_per_flag_naming_it() {
 fn flag_targets_exist_in_the_schema() {
     for f in FLAGS {
         if let Target::Field(path) = f.target {
-            assert!(
-                config::schema::field(path).is_some(),
-                "--{} targets unknown field {path}",
+            let field = config::schema::field(path);
+            assert!(field.is_some(), "--{} targets unknown field {path}", f.name);
+            // A flag that sets a field is implemented exactly when the field is: otherwise the
+            // flag's notice says "ignored" for a value that takes effect, or the reverse.
+            assert_eq!(
+                field.map(|fl| fl.status),
+                Some(f.status),
+                "--{} and {path} disagree on their status",
                 f.name
             );
         }
