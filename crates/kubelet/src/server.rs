@@ -365,11 +365,7 @@ async fn container_logs(
         Ok(o) => o,
         Err((code, msg)) => return (code, msg).into_response(),
     };
-    let pods = d.status.list().await;
-    let Some(pod) = pods.iter().find(|p| {
-        p.metadata.namespace.as_deref() == Some(namespace.as_str())
-            && p.metadata.name.as_deref() == Some(pod_name.as_str())
-    }) else {
+    let Some(pod) = streaming::pod_by_name(&d, &namespace, &pod_name).await else {
         return (
             StatusCode::NOT_FOUND,
             format!("pod {pod_name:?} does not exist\n"),

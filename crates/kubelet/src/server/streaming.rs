@@ -24,6 +24,8 @@ use tracing::{debug, info, warn};
 use rkubelet_cri::{api, CriClient, CriError};
 
 use super::SecureDeps;
+use crate::podutil;
+use crate::runtime::labels;
 
 /// The query of a streaming request, repeated keys kept in order (`command` repeats).
 pub type QueryPairs = Vec<(String, String)>;
@@ -145,20 +147,11 @@ fn runtime_error(e: &CriError) -> Response {
 }
 
 /// Upstream `GetPodByName`: the pod among those the kubelet manages.
-async fn pod_by_name(d: &SecureDeps, namespace: &str, name: &str) -> Option<Pod> {
+pub(super) async fn pod_by_name(d: &SecureDeps, namespace: &str, name: &str) -> Option<Pod> {
     d.status.list().await.into_iter().find(|p| {
         p.metadata.namespace.as_deref() == Some(namespace)
             && p.metadata.name.as_deref() == Some(name)
     })
-}
-
-/// Upstream `GetPodFullName`: `<name>_<namespace>`.
-fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default()
-    )
 }
 
 /// Upstream `findContainer`: the running container `name` of the pod with `uid`, newest first.
@@ -174,8 +167,8 @@ async fn find_container(
                     state: api::ContainerState::ContainerRunning as i32,
                 }),
                 label_selector: [
-                    ("io.kubernetes.pod.uid".to_string(), uid.to_string()),
-                    ("io.kubernetes.container.name".to_string(), name.to_string()),
+                    (labels::POD_UID.to_string(), uid.to_string()),
+                    (labels::CONTAINER_NAME.to_string(), name.to_string()),
                 ]
                 .into(),
                 ..Default::default()
@@ -248,7 +241,7 @@ async fn resolve_attach(d: &SecureDeps, t: &Target, q: &[(String, String)]) -> R
         internal(format!(
             "container {} not found in pod {}",
             t.container,
-            full_name(&pod)
+            podutil::full_name(&pod)
         ))
     };
     let id = find_container(&d.cri, &t.uid(&pod), &t.container)
@@ -302,7 +295,7 @@ async fn resolve_port_forward(
                 state: Some(api::PodSandboxStateValue {
                     state: api::PodSandboxState::SandboxReady as i32,
                 }),
-                label_selector: [("io.kubernetes.pod.uid".to_string(), t.uid(&pod))].into(),
+                label_selector: [(labels::POD_UID.to_string(), t.uid(&pod))].into(),
                 ..Default::default()
             }),
         })
@@ -312,7 +305,7 @@ async fn resolve_port_forward(
         .items
         .into_iter()
         .max_by_key(|s| s.created_at)
-        .ok_or_else(|| internal(format!("pod not found ({:?})", full_name(&pod))))?;
+        .ok_or_else(|| internal(format!("pod not found ({:?})", podutil::full_name(&pod))))?;
     let req = api::PortForwardRequest {
         pod_sandbox_id: sandbox.id,
         port: ports,

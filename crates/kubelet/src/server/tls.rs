@@ -109,23 +109,10 @@ pub fn ensure_self_signed(
         move |source| TlsError::Write { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(werr(&dir))?;
-    write_private(&key, pair.serialize_pem().as_bytes()).map_err(werr(&key))?;
+    crate::certificate::write_private(&key, pair.serialize_pem().as_bytes()).map_err(werr(&key))?;
     std::fs::write(&crt, cert.pem()).map_err(werr(&crt))?;
     info!(cert = %crt.display(), "generated a self-signed serving certificate");
     Ok((crt, key))
-}
-
-/// The key is written 0600 from the start, never briefly world-readable.
-fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(data)
 }
 
 /// The server config: TLS 1.2+, HTTP/2 and 1.1, and client certs verified against `client_ca`
