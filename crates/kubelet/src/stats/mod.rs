@@ -353,6 +353,7 @@ async fn image_fs(cri: &CriClient) -> Option<(fs::DiskUsage, Option<fs::FsInfo>)
     Some((used, info))
 }
 
+/// Wall-clock nanoseconds: the Summary API stamps each figure with the time it was taken.
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::SystemTime::UNIX_EPOCH)

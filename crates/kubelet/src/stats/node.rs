@@ -4,7 +4,6 @@
 //! `MemTotal - MemFree - Inactive(file)` (what cAdvisor computes there too).
 
 use std::path::Path;
-use std::time::SystemTime;
 
 /// One sample of the node's usage.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,12 +93,8 @@ fn memory_working_set(root: &Path) -> Result<u64, NodeStatsError> {
 /// The node's usage now, read from the cgroup hierarchy at /sys/fs/cgroup.
 pub fn node_usage() -> Result<NodeUsage, NodeStatsError> {
     let root = Path::new("/sys/fs/cgroup");
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
     Ok(NodeUsage {
-        timestamp_ns: now,
+        timestamp_ns: super::now_ns(),
         cpu_core_nanoseconds: cpu_ns(root)?,
         memory_working_set_bytes: memory_working_set(root)?,
         memory_capacity_bytes: std::fs::read_to_string("/proc/meminfo")

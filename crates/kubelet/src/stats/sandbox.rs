@@ -37,13 +37,6 @@ fn cri_err(what: &'static str) -> impl FnOnce(rkubelet_cri::CriError) -> StatsEr
     move |source| StatsError::Cri { what, source }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 fn from_cri_network(n: &api::NetworkUsage) -> PodNetwork {
     let conv = |i: &api::NetworkInterfaceUsage| Interface {
         name: i.name.clone(),
@@ -192,7 +185,7 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
                     network = net::read(&proc_dir)
                         .ok()
                         .map(|(interfaces, default)| PodNetwork {
-                            timestamp_ns: now_ns(),
+                            timestamp_ns: super::now_ns(),
                             interfaces,
                             default,
                         });
