@@ -18,12 +18,17 @@ pub fn repo_root() -> PathBuf {
         .unwrap()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Port `slot` (0..4) of Env `index`: 10000 + 4 * index + slot, below the kernel's ephemeral
+/// range (32768..) on purpose. A port the kernel handed out and we released could be taken again
+/// by any outgoing connection (kubectl, the apiserver's clients) before rkubelet binds it, which
+/// made start-up fail with "Address already in use" now and then; Env indices are unique among
+/// concurrently running tests, so these ports are too.
+fn env_port(index: u32, slot: u32) -> u16 {
+    let port = u16::try_from(10_000 + 4 * index + slot).expect("Env index in 1..=255");
+    if let Err(e) = TcpListener::bind(("0.0.0.0", port)) {
+        panic!("port {port} of Env {index} is taken ({e}): a leftover rkubelet or another Env {index}?");
+    }
+    port
 }
 
 /// One private containerd + rkubelet.
@@ -71,9 +76,9 @@ impl Env {
             manifests,
             dir,
             index,
-            ro_port: free_port(),
-            healthz_port: free_port(),
-            port: free_port(),
+            ro_port: env_port(index, 0),
+            healthz_port: env_port(index, 1),
+            port: env_port(index, 2),
             extra_config: String::new(),
             node: format!("node-{index}"),
             kubelet: None,
