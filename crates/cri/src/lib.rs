@@ -1,5 +1,11 @@
 //! CRI v1 client: RuntimeService and ImageService over a unix socket.
 //!
+//! Three layers: [`Runtime`] is the seam (the CRI calls the kubelet makes, one method each),
+//! [`GrpcRuntime`] implements it over tonic, `fake::FakeRuntime` (feature `fake`) in process for
+//! tests, and [`CriClient`] is the cheap handle every manager holds: it bounds each call by its
+//! timeout, reports it to the metrics observer and names the operation in errors, whatever the
+//! backend. Upstream's equivalent seam is `internalapi.RuntimeService`/`ImageManagerService`.
+//!
 //! Mirrors upstream `pkg/kubelet/cri/remote`: one gRPC connection per endpoint, every call bounded by
 //! `runtimeRequestTimeout` (default 2 m) except those upstream leaves unbounded or extends (image pulls,
 //! stop with a grace period). The channel connects lazily, so a missing socket is an error of the call,
@@ -7,15 +13,18 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
-
-use api::image_service_client::ImageServiceClient;
-use api::runtime_service_client::RuntimeServiceClient;
 pub use k8s_cri::v1 as api;
+
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+mod grpc;
+mod service;
+
+pub use grpc::GrpcRuntime;
+pub use service::{Reply, Runtime};
 
 /// Default for `runtimeRequestTimeout`, as upstream.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -81,11 +90,10 @@ pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
 /// records `kubelet_runtime_operations_*` with it; this crate stays free of a metrics library.
 pub type CallObserver = std::sync::Arc<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
 
-/// A cheap cloneable CRI client (tonic channels are handles onto one connection).
+/// A cheap cloneable CRI handle over any [`Runtime`] backend.
 #[derive(Clone)]
 pub struct CriClient {
-    runtime: RuntimeServiceClient<Channel>,
-    image: ImageServiceClient<Channel>,
+    backend: Arc<dyn Runtime>,
     timeout: Duration,
     socket: PathBuf,
     observer: Option<CallObserver>,
@@ -101,36 +109,33 @@ impl std::fmt::Debug for CriClient {
 }
 
 macro_rules! rpc {
-    ($(#[$m:meta])* $name:ident, $svc:ident, $req:ident, $resp:ident) => {
+    ($(#[$m:meta])* $name:ident, $req:ident, $resp:ident) => {
         $(#[$m])*
         pub async fn $name(&self, req: api::$req) -> Result<api::$resp, CriError> {
-            let mut client = self.$svc.clone();
-            self.call(stringify!($name), self.timeout, async move { client.$name(req).await }).await
+            self.call(stringify!($name), self.timeout, self.backend.$name(req)).await
         }
     };
 }
 
 impl CriClient {
-    /// Builds a client for `endpoint`; no connection is made until the first call.
+    /// Builds a gRPC client for `endpoint`; no connection is made until the first call.
     pub fn new(endpoint: &str, timeout: Duration) -> Result<Self, CriError> {
         let socket = parse_endpoint(endpoint)?;
-        // The URI is a placeholder: the connector below ignores it and dials the socket.
-        let ep = Endpoint::from_static("http://[::1]:50051")
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
-        let dial = socket.clone();
-        let channel = ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = dial.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }));
-        Ok(CriClient {
-            runtime: RuntimeServiceClient::new(channel.clone())
-                .max_decoding_message_size(16 * 1024 * 1024),
-            image: ImageServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024),
+        Ok(Self::with_backend(
+            Arc::new(GrpcRuntime::connect_lazy(socket.clone())),
+            socket,
+            timeout,
+        ))
+    }
+
+    /// A handle over another backend (the in-process fake); `socket` only names it in messages.
+    pub fn with_backend(backend: Arc<dyn Runtime>, socket: PathBuf, timeout: Duration) -> Self {
+        CriClient {
+            backend,
             timeout,
             socket,
             observer: None,
-        })
+        }
     }
 
     /// The same client, reporting every call to `observer`.
@@ -146,147 +151,112 @@ impl CriClient {
 
     async fn call<T, F>(&self, op: &'static str, timeout: Duration, fut: F) -> Result<T, CriError>
     where
-        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+        F: Future<Output = Result<T, tonic::Status>>,
     {
         let started = std::time::Instant::now();
-        let res = self.call_inner(op, timeout, fut).await;
-        if let Some(observe) = &self.observer {
-            observe(op, started.elapsed(), res.is_ok());
-        }
-        res
-    }
-
-    async fn call_inner<T, F>(
-        &self,
-        op: &'static str,
-        timeout: Duration,
-        fut: F,
-    ) -> Result<T, CriError>
-    where
-        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        match tokio::time::timeout(timeout, fut).await {
+        let res = match tokio::time::timeout(timeout, fut).await {
             Err(_) => Err(CriError::Timeout { op, timeout }),
             Ok(Err(status)) => Err(CriError::Rpc {
                 op,
                 code: status.code(),
                 message: status.message().to_string(),
             }),
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Ok(resp)) => Ok(resp),
+        };
+        if let Some(observe) = &self.observer {
+            observe(op, started.elapsed(), res.is_ok());
         }
+        res
     }
 
-    rpc!(version, runtime, VersionRequest, VersionResponse);
+    rpc!(version, VersionRequest, VersionResponse);
     rpc!(
         /// CPU, memory and writable-layer usage of containers (the stats endpoints).
         list_container_stats,
-        runtime,
         ListContainerStatsRequest,
         ListContainerStatsResponse
     );
     rpc!(
         /// Pod-level usage, of which the stats endpoints use the sandbox's network and processes.
         list_pod_sandbox_stats,
-        runtime,
         ListPodSandboxStatsRequest,
         ListPodSandboxStatsResponse
     );
     rpc!(
         /// Runtime conditions (RuntimeReady, NetworkReady).
-        status, runtime, StatusRequest, StatusResponse
+        status, StatusRequest, StatusResponse
     );
-    rpc!(
-        run_pod_sandbox,
-        runtime,
-        RunPodSandboxRequest,
-        RunPodSandboxResponse
-    );
+    rpc!(run_pod_sandbox, RunPodSandboxRequest, RunPodSandboxResponse);
     rpc!(
         stop_pod_sandbox,
-        runtime,
         StopPodSandboxRequest,
         StopPodSandboxResponse
     );
     rpc!(
         remove_pod_sandbox,
-        runtime,
         RemovePodSandboxRequest,
         RemovePodSandboxResponse
     );
     rpc!(
         pod_sandbox_status,
-        runtime,
         PodSandboxStatusRequest,
         PodSandboxStatusResponse
     );
     rpc!(
         list_pod_sandbox,
-        runtime,
         ListPodSandboxRequest,
         ListPodSandboxResponse
     );
     rpc!(
         create_container,
-        runtime,
         CreateContainerRequest,
         CreateContainerResponse
     );
     rpc!(
         start_container,
-        runtime,
         StartContainerRequest,
         StartContainerResponse
     );
     rpc!(
         remove_container,
-        runtime,
         RemoveContainerRequest,
         RemoveContainerResponse
     );
     rpc!(
         list_containers,
-        runtime,
         ListContainersRequest,
         ListContainersResponse
     );
     rpc!(
         container_status,
-        runtime,
         ContainerStatusRequest,
         ContainerStatusResponse
     );
-    rpc!(exec_sync, runtime, ExecSyncRequest, ExecSyncResponse);
+    rpc!(exec_sync, ExecSyncRequest, ExecSyncResponse);
     rpc!(
         /// A streaming URL on the runtime's streaming server for `kubectl exec`.
-        exec, runtime, ExecRequest, ExecResponse
+        exec, ExecRequest, ExecResponse
     );
     rpc!(
         /// A streaming URL for `kubectl attach`.
-        attach, runtime, AttachRequest, AttachResponse
+        attach, AttachRequest, AttachResponse
     );
     rpc!(
         /// A streaming URL for `kubectl port-forward` into a sandbox's network namespace.
         port_forward,
-        runtime,
         PortForwardRequest,
         PortForwardResponse
     );
     rpc!(
         /// Makes the runtime reopen a container's log file after the kubelet renamed it (rotation).
         reopen_container_log,
-        runtime,
         ReopenContainerLogRequest,
         ReopenContainerLogResponse
     );
-    rpc!(list_images, image, ListImagesRequest, ListImagesResponse);
-    rpc!(image_status, image, ImageStatusRequest, ImageStatusResponse);
-    rpc!(remove_image, image, RemoveImageRequest, RemoveImageResponse);
-    rpc!(
-        image_fs_info,
-        image,
-        ImageFsInfoRequest,
-        ImageFsInfoResponse
-    );
+    rpc!(list_images, ListImagesRequest, ListImagesResponse);
+    rpc!(image_status, ImageStatusRequest, ImageStatusResponse);
+    rpc!(remove_image, RemoveImageRequest, RemoveImageResponse);
+    rpc!(image_fs_info, ImageFsInfoRequest, ImageFsInfoResponse);
 
     /// StopContainer: the runtime waits up to `timeout` seconds of grace, so the call deadline is the
     /// request timeout plus that grace, as upstream.
@@ -295,10 +265,11 @@ impl CriClient {
         req: api::StopContainerRequest,
     ) -> Result<api::StopContainerResponse, CriError> {
         let grace = Duration::from_secs(req.timeout.max(0) as u64);
-        let mut client = self.runtime.clone();
-        self.call("stop_container", self.timeout + grace, async move {
-            client.stop_container(req).await
-        })
+        self.call(
+            "stop_container",
+            self.timeout + grace,
+            self.backend.stop_container(req),
+        )
         .await
     }
 
@@ -308,11 +279,10 @@ impl CriClient {
         &self,
         req: api::PullImageRequest,
     ) -> Result<api::PullImageResponse, CriError> {
-        let mut client = self.image.clone();
         self.call(
             "pull_image",
             self.timeout.max(Duration::from_secs(30 * 60)),
-            async move { client.pull_image(req).await },
+            self.backend.pull_image(req),
         )
         .await
     }
