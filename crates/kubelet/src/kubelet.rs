@@ -372,7 +372,14 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         }
         _ => crate::objects::ObjectSource::new(client.clone()),
     };
+    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
+    let (pleg, runtime_pods, runtime_cache) = Pleg::new(runtime.clone(), pleg_tx, health.clone());
+    tasks.spawn(
+        pleg.run(cancel.child_token())
+            .instrument(tracing::info_span!("pleg")),
+    );
     let ctx = Arc::new(SyncContext {
+        cache: runtime_cache,
         prober: prober.clone(),
         probes,
         runtime: runtime.clone(),
@@ -391,13 +398,6 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         objects,
         tokens: crate::token::TokenManager::new(client.clone()),
     });
-
-    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
-    let (pleg, runtime_pods) = Pleg::new(runtime, pleg_tx, health.clone());
-    tasks.spawn(
-        pleg.run(cancel.child_token())
-            .instrument(tracing::info_span!("pleg")),
-    );
 
     if cfg.port != 0 {
         let serving = match (&client, cfg.server_tls_bootstrap) {

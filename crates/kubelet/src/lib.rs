@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod certificate;
 pub mod config;
 pub mod configz;
+pub mod container;
 pub mod credentials;
 pub mod dns;
 pub mod events;

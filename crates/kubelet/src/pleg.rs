@@ -1,24 +1,31 @@
 //! PLEG, the pod lifecycle event generator (upstream `pleg/generic.go`): relists the runtime every
-//! second, diffs against the previous relist and wakes the workers of pods whose sandboxes or
-//! containers changed. It also publishes the set of pods the runtime has, for housekeeping.
+//! second, diffs against the previous relist, reads the changed pods' status into the runtime
+//! cache (it is the cache's only writer) and wakes their workers. Between relists it reads single
+//! pods that workers ask for ([`RuntimeCache::fresh`]). It also publishes the set of pods the
+//! runtime has, for housekeeping and the server.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::container::cache::{self, CacheWriter, RuntimeCache};
 use crate::health::Health;
 use crate::runtime::manager::{RuntimePodRef, RuntimeSnapshotEntry};
-use crate::runtime::{ContainerState, RuntimeManager};
+use crate::runtime::{ContainerState, PodRuntimeStatus, RuntimeError, RuntimeManager};
 
 /// What the runtime had at one relist; `at` is when the relist started, so a consumer can tell
 /// whether something it did afterwards is already reflected.
 #[derive(Debug, Clone)]
 pub struct RuntimePods {
-    pub at: tokio::time::Instant,
+    pub at: Instant,
     pub pods: Vec<RuntimePodRef>,
 }
 
@@ -124,14 +131,39 @@ pub fn diff(
     out
 }
 
-/// The PLEG task's state.
+/// A relist's result, handed back to the PLEG task which alone writes the cache.
+struct Relisted {
+    started: Instant,
+    /// The snapshot to diff the next relist against (the old one when listing failed).
+    snapshot: HashMap<String, RuntimeSnapshotEntry>,
+    outcome: Result<Listed, RuntimeError>,
+}
+
+struct Listed {
+    refs: Vec<RuntimePodRef>,
+    events: Vec<PodLifecycleEvent>,
+    /// Fresh statuses of the pods that changed (upstream `updateCache` for pods with events).
+    statuses: Vec<(String, Result<PodRuntimeStatus, String>)>,
+    /// Pods the runtime no longer has.
+    gone: Vec<String>,
+}
+
+/// How many pod status reads PLEG runs at once (relist and refreshes each).
+const READ_PARALLELISM: usize = 16;
+
+type Read =
+    Pin<Box<dyn Future<Output = (String, Instant, Result<PodRuntimeStatus, String>)> + Send>>;
+
+/// The PLEG task's state. It owns the runtime cache's only writer.
 pub struct Pleg {
     runtime: RuntimeManager,
     events: mpsc::Sender<PodLifecycleEvent>,
     pods: watch::Sender<Arc<RuntimePods>>,
+    cache: CacheWriter,
+    refresh: mpsc::UnboundedReceiver<String>,
     health: Arc<Health>,
     last: HashMap<String, RuntimeSnapshotEntry>,
-    last_relist: Option<tokio::time::Instant>,
+    last_relist: Option<Instant>,
 }
 
 impl Pleg {
@@ -139,84 +171,203 @@ impl Pleg {
         runtime: RuntimeManager,
         events: mpsc::Sender<PodLifecycleEvent>,
         health: Arc<Health>,
-    ) -> (Self, watch::Receiver<Arc<RuntimePods>>) {
+    ) -> (Self, watch::Receiver<Arc<RuntimePods>>, RuntimeCache) {
         let (tx, rx) = watch::channel(Arc::new(RuntimePods {
-            at: tokio::time::Instant::now(),
+            at: Instant::now(),
             pods: Vec::new(),
         }));
+        let (cache, refresh, reader) = cache::new();
         (
             Pleg {
                 runtime,
                 events,
                 pods: tx,
+                cache,
+                refresh,
                 health,
                 last: HashMap::new(),
                 last_relist: None,
             },
             rx,
+            reader,
         )
     }
 
+    /// Relists every [`RELIST_PERIOD`] and serves refresh requests in between, each read
+    /// concurrently, so a slow runtime answer for one pod holds up no other.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(RELIST_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut relist: Option<Pin<Box<dyn Future<Output = Relisted> + Send>>> = None;
+        let mut reads: FuturesUnordered<Read> = FuturesUnordered::new();
+        // Reads under way, by pod, and pods asked for again meanwhile: a read that started before
+        // the request cannot show what the asker just did, so it is read once more afterwards.
+        let mut reading: HashSet<String> = HashSet::new();
+        let mut again: HashSet<String> = HashSet::new();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if !self.relist().await {
-                return;
+                _ = tick.tick(), if relist.is_none() => {
+                    let started = Instant::now();
+                    if let Some(prev) = self.last_relist.replace(started) {
+                        crate::metrics::get()
+                            .pleg_relist_interval
+                            .observe((started - prev).as_secs_f64());
+                    }
+                    relist = Some(Box::pin(relist_once(
+                        self.runtime.clone(),
+                        std::mem::take(&mut self.last),
+                        started,
+                    )));
+                }
+                r = async {
+                    match relist.as_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                }, if relist.is_some() => {
+                    relist = None;
+                    if !self.apply(r).await {
+                        return;
+                    }
+                }
+                Some(uid) = self.refresh.recv() => {
+                    if reading.contains(&uid) {
+                        again.insert(uid);
+                    } else if reading.len() < READ_PARALLELISM * 4 {
+                        reading.insert(uid.clone());
+                        reads.push(self.read(uid));
+                    } else {
+                        again.insert(uid);
+                    }
+                }
+                Some((uid, at, res)) = reads.next(), if !reads.is_empty() => {
+                    reading.remove(&uid);
+                    self.cache.set(&uid, res, at);
+                    // Start what waited: this pod again, or pods queued while reads were full.
+                    let next: Vec<String> = again
+                        .iter()
+                        .filter(|u| !reading.contains(*u))
+                        .take(READ_PARALLELISM * 4 - reading.len())
+                        .cloned()
+                        .collect();
+                    for u in next {
+                        again.remove(&u);
+                        reading.insert(u.clone());
+                        reads.push(self.read(u));
+                    }
+                }
             }
         }
     }
 
-    /// One relist; false when the SyncLoop is gone.
-    async fn relist(&mut self) -> bool {
-        let started = tokio::time::Instant::now();
-        let m = crate::metrics::get();
-        if let Some(prev) = self.last_relist.replace(started) {
-            m.pleg_relist_interval
-                .observe((started - prev).as_secs_f64());
-        }
-        let pods = match self.runtime.list_pods().await {
-            Ok(p) => p,
+    fn read(&self, uid: String) -> Read {
+        let runtime = self.runtime.clone();
+        Box::pin(async move {
+            let at = Instant::now();
+            let res = runtime.pod_status(&uid).await.map_err(|e| e.to_string());
+            (uid, at, res)
+        })
+    }
+
+    /// Writes a relist into the cache and the listing, then wakes the changed pods' workers;
+    /// false when the SyncLoop is gone.
+    async fn apply(&mut self, r: Relisted) -> bool {
+        self.last = r.snapshot;
+        let listed = match r.outcome {
+            Ok(l) => l,
             Err(e) => {
                 warn!(error = %e, "PLEG relist failed");
                 return true;
             }
         };
         self.health.pleg_relisted();
-        m.pleg_relist_duration
-            .observe(started.elapsed().as_secs_f64());
-        record_running(&pods);
-        let mut current: HashMap<String, RuntimeSnapshotEntry> = HashMap::new();
-        let mut refs = Vec::with_capacity(pods.len());
-        for (r, entry) in pods {
-            current.insert(r.uid.clone(), entry);
-            refs.push(r);
+        crate::metrics::get()
+            .pleg_relist_duration
+            .observe(r.started.elapsed().as_secs_f64());
+        // Changed pods first, then the timestamp: every pod not set here is unchanged as of it.
+        for (uid, status) in listed.statuses {
+            self.cache.set(&uid, status, r.started);
         }
-        let mut events = Vec::new();
-        for uid in current.keys().chain(self.last.keys()) {
-            events.extend(diff(uid, self.last.get(uid), current.get(uid)));
+        for uid in &listed.gone {
+            self.cache.delete(uid);
         }
-        // A uid present in both maps was visited twice; its events are identical, keep one copy.
-        events.dedup();
-        let mut seen = std::collections::HashSet::new();
-        events.retain(|e| seen.insert((e.uid.clone(), e.id.clone(), e.kind)));
-        self.last = current;
+        self.cache.update_time(r.started);
         self.pods.send_replace(Arc::new(RuntimePods {
-            at: started,
-            pods: refs,
+            at: r.started,
+            pods: listed.refs,
         }));
-        for e in events {
+        for e in listed.events {
             debug!(uid = %e.uid, kind = ?e.kind, id = %e.id, "pod lifecycle event");
             if self.events.send(e).await.is_err() {
                 return false;
             }
         }
-        debug!(elapsed = ?started.elapsed(), "PLEG relist");
+        debug!(elapsed = ?r.started.elapsed(), "PLEG relist");
         true
+    }
+}
+
+/// One relist (upstream `GenericPLEG.Relist`): list, diff against `last`, read the changed pods.
+async fn relist_once(
+    runtime: RuntimeManager,
+    last: HashMap<String, RuntimeSnapshotEntry>,
+    started: Instant,
+) -> Relisted {
+    let pods = match runtime.list_pods().await {
+        Ok(p) => p,
+        Err(e) => {
+            return Relisted {
+                started,
+                snapshot: last,
+                outcome: Err(e),
+            }
+        }
+    };
+    record_running(&pods);
+    let mut current: HashMap<String, RuntimeSnapshotEntry> = HashMap::new();
+    let mut refs = Vec::with_capacity(pods.len());
+    for (r, entry) in pods {
+        current.insert(r.uid.clone(), entry);
+        refs.push(r);
+    }
+    let mut events = Vec::new();
+    for uid in current.keys().chain(last.keys()) {
+        events.extend(diff(uid, last.get(uid), current.get(uid)));
+    }
+    // A uid present in both maps was visited twice; its events are identical, keep one copy.
+    let mut seen = HashSet::new();
+    events.retain(|e| seen.insert((e.uid.clone(), e.id.clone(), e.kind)));
+    let changed: HashSet<&str> = events.iter().map(|e| e.uid.as_str()).collect();
+    let gone: Vec<String> = changed
+        .iter()
+        .filter(|u| !current.contains_key(**u))
+        .map(|u| u.to_string())
+        .collect();
+    let to_read: Vec<String> = changed
+        .into_iter()
+        .filter(|u| current.contains_key(*u))
+        .map(str::to_string)
+        .collect();
+    let statuses = futures::stream::iter(to_read.into_iter().map(|uid| {
+        let runtime = runtime.clone();
+        async move {
+            let res = runtime.pod_status(&uid).await.map_err(|e| e.to_string());
+            (uid, res)
+        }
+    }))
+    .buffer_unordered(READ_PARALLELISM)
+    .collect()
+    .await;
+    Relisted {
+        started,
+        snapshot: current,
+        outcome: Ok(Listed {
+            refs,
+            events,
+            statuses,
+            gone,
+        }),
     }
 }
 

@@ -34,6 +34,8 @@ pub enum RuntimeError {
     },
     #[error("container logs: {0}")]
     Logs(#[from] crate::logs::LogsError),
+    #[error(transparent)]
+    Cache(#[from] crate::container::CacheError),
 }
 
 fn cri(what: impl Into<String>) -> impl FnOnce(CriError) -> RuntimeError {

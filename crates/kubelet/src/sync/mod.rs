@@ -91,6 +91,8 @@ impl StartError {
 #[derive(Clone)]
 pub struct SyncContext {
     pub runtime: RuntimeManager,
+    /// The runtime pod cache PLEG writes; workers read pod status only from it.
+    pub cache: crate::container::RuntimeCache,
     pub images: ImageManager,
     pub status: StatusHandle,
     pub root_dir: PathBuf,
@@ -130,6 +132,9 @@ pub struct PodState {
     pub synced: bool,
     /// The pod's volumes as the last sync set them up, for the containers' mounts.
     pub volumes: PodVolumes,
+    /// When the last sync's runtime actions ended: the next sync needs a runtime status read
+    /// after it (upstream `lastSyncTime`). None before the first sync.
+    pub last_sync: Option<tokio::time::Instant>,
 }
 
 impl PodState {
@@ -145,6 +150,7 @@ impl PodState {
             start_pending: false,
             synced: false,
             volumes: PodVolumes::default(),
+            last_sync: None,
         }
     }
 }
@@ -300,7 +306,9 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             };
         }
     }
-    let rt = match ctx.runtime.pod_status(podutil::uid(pod)).await {
+    // Newer than what the last sync saw (upstream `GetNewerThan(uid, lastSyncTime)`); PLEG
+    // usually has it already, else it reads the pod now.
+    let rt = match ctx.cache.fresh(podutil::uid(pod), state.last_sync).await {
         Ok(rt) => rt,
         Err(e) => {
             warn!(pod = %who, error = %e, "cannot read pod status from the runtime");
@@ -372,8 +380,10 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         }
     }
     let retry = execute(ctx, state, pod, &rt).await;
-    // Show the result of what was just done without waiting for PLEG.
-    if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
+    // Show the result of what was just done without waiting for the next relist.
+    let acted = tokio::time::Instant::now();
+    state.last_sync = Some(acted);
+    if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(acted)).await {
         let status = publish(ctx, state, pod, &rt).await;
         if is_terminal(&status) {
             return SyncOutcome {
@@ -837,14 +847,16 @@ pub async fn terminate_pod(
     pod: &Arc<Pod>,
     grace_override: Option<Duration>,
 ) -> Result<(), RuntimeError> {
-    let rt = ctx.runtime.pod_status(podutil::uid(pod)).await?;
+    let rt = ctx.cache.fresh(podutil::uid(pod), state.last_sync).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
     info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
     // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
     hooks::kill_pod(ctx, pod, &rt, g).await?;
-    if let Ok(rt) = ctx.runtime.pod_status(podutil::uid(pod)).await {
+    let killed = tokio::time::Instant::now();
+    state.last_sync = Some(killed);
+    if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await {
         publish(ctx, state, pod, &rt).await;
     }
     Ok(())
@@ -853,7 +865,11 @@ pub async fn terminate_pod(
 /// Upstream `SyncTerminatedPod` plus the container/sandbox GC of a deleted pod: remove containers,
 /// sandboxes, logs and the pod directory.
 pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeError> {
-    let rt = ctx.runtime.pod_status(podutil::uid(pod)).await?;
+    // Everything the runtime has now, not what an earlier read saw.
+    let rt = ctx
+        .cache
+        .fresh(podutil::uid(pod), Some(tokio::time::Instant::now()))
+        .await?;
     // Anything still running (a racing restart) is stopped first.
     ctx.runtime.kill_pod(&rt, Duration::from_secs(2)).await?;
     ctx.runtime.remove_pod(pod, &rt).await?;

@@ -1,0 +1,267 @@
+//! The runtime pod cache (upstream `kubecontainer.Cache`, `pkg/kubelet/container/cache.go`): the
+//! newest runtime status of every pod, with the time it was read.
+//!
+//! One writer, many readers (the kube-rs `Writer`/`Store` habit): PLEG owns the only
+//! [`CacheWriter`]; pod workers, the server, stats and eviction hold cheap [`RuntimeCache`] clones.
+//! A worker never asks the runtime itself: it waits for an entry newer than its last sync
+//! ([`RuntimeCache::get_newer_than`], upstream `GetNewerThan`), and when it must see the effect of
+//! what it just did, it asks PLEG for a refresh of its pod and waits for that
+//! ([`RuntimeCache::fresh`]), so every runtime read still goes through the single writer.
+//!
+//! Semantics as upstream: an entry is newer than `t` when it was read after `t`, or when a whole
+//! relist finished after `t` (the global timestamp: PLEG updates changed pods before it moves the
+//! timestamp, so every pod it did not update is unchanged as of then). A pod without an entry has
+//! an empty status (the runtime has nothing for it).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::runtime::PodRuntimeStatus;
+
+/// A cached read: the status (or why it could not be read) and when the read started.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub status: Arc<PodRuntimeStatus>,
+    /// The runtime's error for this pod's last read; the status is then empty.
+    pub error: Option<Arc<str>>,
+    pub modified: Instant,
+}
+
+/// Why a reader got no status.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CacheError {
+    #[error("reading the pod's runtime status: {0}")]
+    Runtime(Arc<str>),
+    #[error("the runtime cache's writer (PLEG) is gone")]
+    Closed,
+}
+
+#[derive(Default)]
+struct Shared {
+    pods: HashMap<String, Entry>,
+    /// When the last complete relist started (upstream `cache.timestamp`).
+    timestamp: Option<Instant>,
+}
+
+/// The only writer; PLEG owns it. Not `Clone` on purpose.
+pub struct CacheWriter {
+    shared: Arc<RwLock<Shared>>,
+    version: watch::Sender<u64>,
+}
+
+/// A reader handle; cheap to clone.
+#[derive(Clone)]
+pub struct RuntimeCache {
+    shared: Arc<RwLock<Shared>>,
+    version: watch::Receiver<u64>,
+    refresh: mpsc::UnboundedSender<String>,
+}
+
+/// Makes an empty cache: the writer, the refresh requests it must serve, and a reader.
+pub fn new() -> (CacheWriter, mpsc::UnboundedReceiver<String>, RuntimeCache) {
+    let shared = Arc::new(RwLock::new(Shared::default()));
+    let (version, rx) = watch::channel(0);
+    let (refresh, requests) = mpsc::unbounded_channel();
+    (
+        CacheWriter {
+            shared: shared.clone(),
+            version,
+        },
+        requests,
+        RuntimeCache {
+            shared,
+            version: rx,
+            refresh,
+        },
+    )
+}
+
+fn read(shared: &RwLock<Shared>) -> std::sync::RwLockReadGuard<'_, Shared> {
+    // Writers never panic while holding the lock; a poisoned lock still holds consistent data.
+    shared.read().unwrap_or_else(|e| e.into_inner())
+}
+
+impl CacheWriter {
+    fn write(&self, f: impl FnOnce(&mut Shared)) {
+        f(&mut self.shared.write().unwrap_or_else(|e| e.into_inner()));
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Records a read of `uid` that started at `modified`; an older read never replaces a newer one.
+    pub fn set(&self, uid: &str, status: Result<PodRuntimeStatus, String>, modified: Instant) {
+        self.write(|s| {
+            if s.pods.get(uid).is_some_and(|e| e.modified > modified) {
+                return;
+            }
+            let (status, error) = match status {
+                Ok(st) => (Arc::new(st), None),
+                Err(e) => (Arc::default(), Some(Arc::from(e))),
+            };
+            s.pods.insert(
+                uid.to_string(),
+                Entry {
+                    status,
+                    error,
+                    modified,
+                },
+            );
+        });
+    }
+
+    /// The runtime no longer has `uid`.
+    pub fn delete(&self, uid: &str) {
+        self.write(|s| {
+            s.pods.remove(uid);
+        });
+    }
+
+    /// A relist that started at `at` finished and every changed pod was set: all entries are
+    /// current as of `at` (upstream `UpdateTime`).
+    pub fn update_time(&self, at: Instant) {
+        self.write(|s| {
+            if s.timestamp.is_none_or(|t| t < at) {
+                s.timestamp = Some(at);
+            }
+        });
+    }
+}
+
+impl RuntimeCache {
+    /// What the cache has for `uid` now (an empty status when the runtime had nothing).
+    pub fn get(&self, uid: &str) -> Entry {
+        let s = read(&self.shared);
+        s.pods.get(uid).cloned().unwrap_or_else(|| Entry {
+            status: Arc::default(),
+            error: None,
+            modified: s.timestamp.unwrap_or_else(Instant::now),
+        })
+    }
+
+    /// The entry when it is newer than `min` (None: any complete read will do).
+    fn newer(&self, uid: &str, min: Option<Instant>) -> Option<Entry> {
+        let s = read(&self.shared);
+        let newer = |t: Instant| min.is_none_or(|m| t > m);
+        match s.pods.get(uid) {
+            Some(e) if newer(e.modified) || s.timestamp.is_some_and(newer) => Some(e.clone()),
+            None if s.timestamp.is_some_and(newer) => Some(Entry {
+                status: Arc::default(),
+                error: None,
+                modified: s.timestamp.unwrap_or(min.unwrap_or_else(Instant::now)),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Waits until the cache has `uid`'s status read after `min` (upstream `GetNewerThan`).
+    pub async fn get_newer_than(
+        &self,
+        uid: &str,
+        min: Option<Instant>,
+    ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
+        let mut version = self.version.clone();
+        loop {
+            version.borrow_and_update();
+            if let Some(e) = self.newer(uid, min) {
+                return match e.error {
+                    Some(err) => Err(CacheError::Runtime(err)),
+                    None => Ok(e.status),
+                };
+            }
+            if version.changed().await.is_err() {
+                return Err(CacheError::Closed);
+            }
+        }
+    }
+
+    /// Like [`Self::get_newer_than`], but asks PLEG to read the pod now when the cache has nothing
+    /// new enough, instead of waiting for the next relist: what a worker uses to see the effect of
+    /// its own actions without a second path to the runtime.
+    pub async fn fresh(
+        &self,
+        uid: &str,
+        min: Option<Instant>,
+    ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
+        if self.newer(uid, min).is_none() {
+            self.refresh
+                .send(uid.to_string())
+                .map_err(|_| CacheError::Closed)?;
+        }
+        self.get_newer_than(uid, min).await
+    }
+
+    /// A reader that is always stale until its writer is dropped: for code that holds a cache
+    /// but runs without PLEG (tests of other managers).
+    pub fn detached() -> RuntimeCache {
+        let (w, _requests, r) = new();
+        drop(w);
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn status(n: usize) -> PodRuntimeStatus {
+        PodRuntimeStatus {
+            containers: vec![Default::default(); n],
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn newer_than_semantics() {
+        let (w, _req, r) = new();
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let t1 = Instant::now();
+        // Nothing read yet: nobody may assume the runtime is empty.
+        assert!(r.newer("a", None).is_none());
+        w.set("a", Ok(status(1)), t1);
+        // (min, expected) rows: an entry read at t1 is newer than t0, not than t1.
+        for (min, want) in [(None, true), (Some(t0), true), (Some(t1), false)] {
+            assert_eq!(r.newer("a", min).is_some(), want, "min {min:?}");
+        }
+        // An older read does not replace a newer one.
+        w.set("a", Ok(status(3)), t0);
+        assert_eq!(r.get("a").status.containers.len(), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let t2 = Instant::now();
+        // A complete relist makes every entry (and every absent pod) current.
+        w.update_time(t2);
+        assert!(r.newer("a", Some(t1)).is_some());
+        let absent = r
+            .newer("b", Some(t1))
+            .expect("absent pods are empty as of the relist");
+        assert!(absent.status.containers.is_empty());
+        w.set("c", Err("boom".into()), t2);
+        let err = r.get_newer_than("c", Some(t1)).await.unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fresh_asks_the_writer_and_waits_for_it() {
+        let (w, mut req, r) = new();
+        let min = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let reader = tokio::spawn({
+            let r = r.clone();
+            async move { r.fresh("a", Some(min)).await }
+        });
+        let asked = req.recv().await.expect("a refresh request");
+        assert_eq!(asked, "a");
+        w.set("a", Ok(status(2)), Instant::now());
+        let got = reader.await.unwrap().unwrap();
+        assert_eq!(got.containers.len(), 2);
+        // Fresh enough already: no request.
+        r.fresh("a", Some(min)).await.unwrap();
+        assert!(req.try_recv().is_err());
+        drop(w);
+        let closed = r.get_newer_than("z", Some(Instant::now())).await;
+        assert!(matches!(closed, Err(CacheError::Closed)));
+    }
+}
