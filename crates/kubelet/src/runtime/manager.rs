@@ -51,6 +51,16 @@ pub struct RuntimePodRef {
     pub namespace: String,
 }
 
+impl RuntimePodRef {
+    pub fn of(pod: &Pod) -> Self {
+        RuntimePodRef {
+            uid: podutil::uid(pod).to_string(),
+            name: podutil::name(pod).to_string(),
+            namespace: podutil::namespace(pod).to_string(),
+        }
+    }
+}
+
 /// Cheap to clone: a CRI client, handles and immutable settings.
 #[derive(Clone, Debug)]
 pub struct RuntimeManager {
@@ -378,7 +388,7 @@ impl RuntimeManager {
     /// (upstream does this through container GC once the pod is gone).
     pub async fn remove_pod(
         &self,
-        pod: &Pod,
+        pod: &RuntimePodRef,
         status: &PodRuntimeStatus,
     ) -> Result<(), RuntimeError> {
         let mut first_err = None;
@@ -393,7 +403,7 @@ impl RuntimeManager {
             }
         }
         if first_err.is_none() {
-            let dir = sandbox::pod_logs_dir(&self.pod_logs_dir, pod);
+            let dir = sandbox::logs_dir_of(&self.pod_logs_dir, &pod.namespace, &pod.name, &pod.uid);
             if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     warn!(dir = %dir.display(), error = %e, "failed to remove pod log directory");

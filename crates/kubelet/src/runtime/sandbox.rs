@@ -13,12 +13,18 @@ use crate::sysctl;
 
 /// `<podLogsDir>/<ns>_<name>_<uid>`, upstream `BuildPodLogsDirectory`.
 pub fn pod_logs_dir(root: &Path, pod: &Pod) -> PathBuf {
-    root.join(format!(
-        "{}_{}_{}",
+    logs_dir_of(
+        root,
         podutil::namespace(pod),
         podutil::name(pod),
-        podutil::uid(pod)
-    ))
+        podutil::uid(pod),
+    )
+}
+
+/// `<podLogsDir>/<namespace>_<name>_<uid>`, upstream's layout, from the pod's identity alone (a
+/// pod only the runtime knows has no spec).
+pub fn logs_dir_of(root: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    root.join(format!("{namespace}_{name}_{uid}"))
 }
 
 fn namespace_options(pod: &Pod) -> api::NamespaceOption {

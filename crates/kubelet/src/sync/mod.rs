@@ -28,9 +28,10 @@ use crate::volumes::{self, PodVolumes};
 
 mod hooks;
 mod run_options;
+mod syncer;
 
-/// Upstream's pod worker retry period after a failed sync (`backOffPeriod`).
-pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+pub use crate::pod_workers::{SyncOutcome, ERROR_RETRY};
+pub use syncer::Syncer;
 
 /// The upstream reasons a container can wait with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,15 +160,6 @@ impl Default for PodState {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The result of one sync.
-#[derive(Debug, Default)]
-pub struct SyncOutcome {
-    /// The pod reached Succeeded or Failed: the worker terminates it and never starts it again.
-    pub terminal: bool,
-    /// Sync again this soon (backoff ends, or an error to retry); None means the regular resync.
-    pub retry_after: Option<Duration>,
 }
 
 fn pod_dir(ctx: &SyncContext, pod: &Pod) -> PathBuf {
@@ -865,21 +857,36 @@ pub async fn terminate_pod(
 /// Upstream `SyncTerminatedPod` plus the container/sandbox GC of a deleted pod: remove containers,
 /// sandboxes, logs and the pod directory.
 pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeError> {
+    let id = crate::runtime::manager::RuntimePodRef::of(pod);
+    remove_from_runtime(ctx, &id, Duration::from_secs(2)).await?;
+    // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
+    ctx.tokens.forget_pod(podutil::uid(pod));
+    remove_pod_dir(ctx, &id).await;
+    Ok(())
+}
+
+/// Stops whatever still runs with `grace` (a racing restart; a pod only the runtime knows) and
+/// removes the pod's containers, sandboxes and logs, from what the runtime has now.
+pub async fn remove_from_runtime(
+    ctx: &SyncContext,
+    pod: &crate::runtime::manager::RuntimePodRef,
+    grace: Duration,
+) -> Result<(), RuntimeError> {
     // Everything the runtime has now, not what an earlier read saw.
     let rt = ctx
         .cache
-        .fresh(podutil::uid(pod), Some(tokio::time::Instant::now()))
+        .fresh(&pod.uid, Some(tokio::time::Instant::now()))
         .await?;
-    // Anything still running (a racing restart) is stopped first.
-    ctx.runtime.kill_pod(&rt, Duration::from_secs(2)).await?;
-    ctx.runtime.remove_pod(pod, &rt).await?;
-    let dir = pod_dir(ctx, pod);
-    // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
-    ctx.tokens.forget_pod(podutil::uid(pod));
-    // Volumes are unmounted before the directory goes. A failure is logged, not returned: the
-    // pod is gone from the runtime, and housekeeping retries the orphaned directory, so a
-    // volume never keeps a pod Terminating.
-    let who = podutil::describe(pod);
+    ctx.runtime.kill_pod(&rt, grace).await?;
+    ctx.runtime.remove_pod(pod, &rt).await
+}
+
+/// Unmounts the pod's volumes and removes its directory. A failure is logged, not returned: the
+/// pod is gone from the runtime, and housekeeping retries the orphaned directory, so a volume
+/// never keeps a pod Terminating.
+pub async fn remove_pod_dir(ctx: &SyncContext, pod: &crate::runtime::manager::RuntimePodRef) {
+    let dir = ctx.root_dir.join("pods").join(&pod.uid);
+    let who = format!("{}/{}", pod.namespace, pod.name);
     let res = tokio::task::spawn_blocking({
         let dir = dir.clone();
         move || volumes::remove_pod_dir(&dir)
@@ -894,5 +901,4 @@ pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeErro
             warn!(pod = %who, dir = %dir.display(), error = %e, "pod directory clean up panicked")
         }
     }
-    Ok(())
 }

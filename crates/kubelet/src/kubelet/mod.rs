@@ -1,43 +1,39 @@
-//! `Kubelet::run`: wires the managers and runs the SyncLoop (upstream `kubelet.go` `Run`,
-//! `syncLoop`, `syncLoopIteration`, `HandlePodAdditions/Updates/Removes`, `HandlePodCleanups`).
-//!
-//! The SyncLoop only routes: it records what sources want, hands pods to their workers and keeps
-//! the resync queue. Everything that waits on the runtime happens in workers, so it never blocks.
+//! `kubelet::run`: wires the managers and runs the SyncLoop (upstream `kubelet.go` `Run`); the
+//! loop itself is in [`sync_loop`].
+
+pub mod sync_loop;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use rkubelet_cri::{api, CriClient};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{info, warn, Instrument};
 
 use crate::admission;
 use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
-use crate::events::{self, EventRecorder, EventType, Recorder};
+use crate::events::{self, EventRecorder, EventType};
 use crate::health::Health;
 use crate::images::ImageManager;
 use crate::logs::{ContainerLogManager, RotationPolicy};
-use crate::mirror::{MirrorHandle, MirrorManager};
+use crate::mirror::MirrorManager;
 use crate::node::machine::{self, MachineInfo};
 use crate::node::status::{self as node_status, NodeSettings};
 use crate::node::NodeAgent;
-use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
-use crate::pod_workers::{PodWorkers, WorkerEvent};
-use crate::podutil;
-use crate::prober::{ProbeHandle, ProbeManager, ProbeResults, ResultUpdate};
+use crate::pleg::Pleg;
+use crate::pod_workers::PodWorkers;
+use crate::prober::{ProbeManager, ProbeResults};
 use crate::runtime::RuntimeManager;
 use crate::server;
-use crate::source::{self, ConfigEvent, PodOp, PodUpdate};
-use crate::status::{compute, syncer, StatusHandle, StatusManager};
-use crate::sync::SyncContext;
-use crate::volumes;
+use crate::source;
+use crate::status::{syncer, StatusManager};
+use crate::sync::{SyncContext, Syncer};
+use sync_loop::SyncLoop;
 
 /// Errors that stop the kubelet from starting at all.
 #[derive(Debug, thiserror::Error)]
@@ -64,11 +60,6 @@ pub enum KubeletError {
         source: std::io::Error,
     },
 }
-
-const SYNC_TICK: Duration = Duration::from_secs(1);
-/// How long the SyncLoop waits for PLEG's first listing before it handles pods.
-const FIRST_RELIST_WAIT: Duration = Duration::from_secs(10);
-const HOUSEKEEPING_TICK: Duration = Duration::from_secs(2);
 
 /// Waits until the runtime answers Version and reports RuntimeReady, retrying with backoff and
 /// saying clearly what is missing (upstream retries too instead of exiting).
@@ -516,21 +507,17 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     drop(snap_tx);
 
     let (worker_tx, worker_rx) = mpsc::unbounded_channel();
-    let workers = PodWorkers::new(ctx, worker_tx, cancel.child_token());
+    let workers = PodWorkers::new(Arc::new(Syncer { ctx }), worker_tx, cancel.child_token());
     let sync_loop = SyncLoop {
-        cfg,
+        sync_frequency: cfg.sync_frequency,
+        root_dir: cfg.root_dir.clone(),
         pods: HashMap::new(),
-        rejected: HashSet::new(),
-        waiting_for_name: HashMap::new(),
-        queue: HashMap::new(),
         seen_sources: HashSet::new(),
         expected_sources,
         workers,
         status,
         health,
         runtime_pods,
-        finished: HashMap::new(),
-        deleted_in_api: HashSet::new(),
         mirrors,
         recorder,
         node_view,
@@ -538,16 +525,14 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         probe_results,
         object_cache,
     };
-    sync_loop
-        .run(
-            cfg_rx,
-            pleg_rx,
-            worker_rx,
-            probe_rx,
-            object_changes,
-            cancel.clone(),
-        )
-        .await;
+    let inputs = sync_loop::Inputs {
+        config: cfg_rx,
+        pleg: pleg_rx,
+        worker_events: worker_rx,
+        probe_updates: probe_rx,
+        object_changes,
+    };
+    sync_loop.run(inputs, cancel.clone()).await;
     shutdown(tasks, cancel).await
 }
 
@@ -587,394 +572,4 @@ async fn shutdown(mut tasks: JoinSet<()>, cancel: CancellationToken) -> Result<(
     while tasks.join_next().await.is_some() {}
     info!("rkubelet stopped; pods keep running");
     Ok(())
-}
-
-/// The SyncLoop's state; owned by the loop alone.
-struct SyncLoop {
-    cfg: KubeletConfig,
-    /// Upstream's pod manager: what the sources want, by UID.
-    pods: HashMap<String, Arc<Pod>>,
-    /// Pods admission turned down; they keep their Failed status until their source drops them.
-    rejected: HashSet<String>,
-    /// New pods whose full name is still held by a terminating predecessor.
-    waiting_for_name: HashMap<String, Arc<Pod>>,
-    /// Upstream's work queue: when each pod is due for its next sync.
-    queue: HashMap<String, Instant>,
-    seen_sources: HashSet<&'static str>,
-    expected_sources: HashSet<&'static str>,
-    workers: PodWorkers,
-    status: StatusHandle,
-    health: Arc<Health>,
-    runtime_pods: watch::Receiver<Arc<RuntimePods>>,
-    /// When workers finished cleaning pods up: a runtime listing older than that still shows
-    /// them, and housekeeping must not tear them down a second time.
-    finished: HashMap<String, Instant>,
-    /// Pods deleted through the API whose worker finished and whose object deletion (grace 0) was
-    /// requested: later updates of them must not start another termination (and another delete).
-    deleted_in_api: HashSet<String>,
-    /// Told which static pods run, so each has a mirror pod (cluster mode only).
-    mirrors: Option<MirrorHandle>,
-    recorder: Recorder,
-    /// What admission checks pods against: labels, taints and allocatable of this node.
-    node_view: admission::NodeView,
-    prober: ProbeHandle,
-    /// The probe results, owned here and read by pod workers through the receiver in SyncContext.
-    probe_results: watch::Sender<Arc<ProbeResults>>,
-    /// The watch-based configMap/secret manager; a finished pod unregisters from it.
-    object_cache: Option<crate::object_cache::ObjectCache>,
-}
-
-impl SyncLoop {
-    async fn run(
-        mut self,
-        mut config: mpsc::Receiver<ConfigEvent>,
-        mut pleg: mpsc::Receiver<PodLifecycleEvent>,
-        mut worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
-        mut probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
-        mut object_changes: mpsc::UnboundedReceiver<String>,
-        cancel: CancellationToken,
-    ) {
-        let mut sync_tick = tokio::time::interval(SYNC_TICK);
-        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_TICK);
-        sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Admission skips pods whose containers already run (they hold their resources), which
-        // needs the first runtime listing; without a runtime there is nothing to adopt anyway.
-        let mut listing = self.runtime_pods.clone();
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = tokio::time::timeout(FIRST_RELIST_WAIT, listing.changed()) => if r.is_err() {
-                warn!(waited = ?FIRST_RELIST_WAIT, "no runtime listing yet; admitting pods without it");
-            }
-        }
-        info!("starting the SyncLoop");
-        loop {
-            self.health.sync_loop_ran();
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                Some(ev) = config.recv() => match ev {
-                    ConfigEvent::Update(u) => {
-                        self.handle_update(u).await;
-                        self.publish_static_pods();
-                    }
-                    ConfigEvent::SourceReady(s) => {
-                        info!(source = s, "pod source ready");
-                        self.seen_sources.insert(s);
-                    }
-                },
-                Some(ev) = pleg.recv() => self.wake(&ev.uid),
-                Some(u) = probe_updates.recv() => self.handle_probe_result(u),
-                Some(uid) = object_changes.recv() => {
-                    debug!(uid = %uid, "a configMap or secret the pod references changed");
-                    self.wake(&uid);
-                }
-                Some(ev) = worker_events.recv() => self.handle_worker_event(ev).await,
-                _ = sync_tick.tick() => self.dispatch_due(),
-                _ = housekeeping.tick() => self.housekeeping().await,
-            }
-        }
-        info!("SyncLoop stopping; waiting for pod workers");
-        self.workers.shutdown().await;
-    }
-
-    async fn handle_update(&mut self, u: PodUpdate) {
-        let mut pods = u.pods;
-        if u.op == PodOp::Add {
-            // Upstream admits additions oldest first, so after a restart the pods that already
-            // run claim their resources before newer ones are considered.
-            pods.sort_by(|a, b| {
-                a.metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
-            });
-        }
-        for pod in pods {
-            let uid = podutil::uid(&pod).to_string();
-            match u.op {
-                PodOp::Add | PodOp::Update => {
-                    let known = self.pods.contains_key(&uid);
-                    if u.op == PodOp::Add {
-                        info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
-                    }
-                    if !known
-                        && pod.metadata.deletion_timestamp.is_none()
-                        && !is_terminal_in_api(&pod)
-                    {
-                        if let Err(r) = self.admit(&pod) {
-                            warn!(pod = %podutil::describe(&pod), reason = %r.reason, message = %r.message, "pod rejected");
-                            self.recorder.pod_event(
-                                &pod,
-                                None,
-                                EventType::Warning,
-                                &r.reason,
-                                r.message.clone(),
-                            );
-                            self.pods.insert(uid.clone(), pod.clone());
-                            self.rejected.insert(uid);
-                            self.status.set(pod, r.status(compute::now())).await;
-                            continue;
-                        }
-                    }
-                    self.pods.insert(uid.clone(), pod.clone());
-                    if self.rejected.contains(&uid) {
-                        // Rejection is final for this UID (upstream: rejected pods are terminal).
-                        continue;
-                    }
-                    if pod.metadata.deletion_timestamp.is_some() {
-                        if self.deleted_in_api.contains(&uid) && !self.workers.has(&uid) {
-                            // Already terminated and its deletion requested: this is our own
-                            // status write coming back through the watch.
-                            continue;
-                        }
-                        // Graceful deletion: stop with the API's grace period; the object is
-                        // deleted once everything is gone (see handle_worker_event).
-                        let grace = pod
-                            .metadata
-                            .deletion_grace_period_seconds
-                            .map(|g| Duration::from_secs(g.max(0) as u64));
-                        info!(pod = %podutil::describe(&pod), grace = ?grace, "pod deleted in the API; terminating");
-                        self.waiting_for_name.retain(|_, p| podutil::uid(p) != uid);
-                        self.workers.terminate(pod, grace);
-                        continue;
-                    }
-                    if !self.workers.has(&uid) && is_terminal_in_api(&pod) {
-                        // Finished before (e.g. before a kubelet restart): never run it again.
-                        self.rejected.insert(uid);
-                        continue;
-                    }
-                    self.status.add(pod.clone()).await;
-                    self.start_or_wait(pod);
-                }
-                PodOp::Remove => {
-                    info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
-                    self.pods.remove(&uid);
-                    self.queue.remove(&uid);
-                    self.deleted_in_api.remove(&uid);
-                    if self.rejected.remove(&uid) {
-                        self.status.remove(&uid).await;
-                        continue;
-                    }
-                    let full = podutil::full_name(&pod);
-                    if self
-                        .waiting_for_name
-                        .get(&full)
-                        .is_some_and(|p| podutil::uid(p) == uid)
-                    {
-                        self.waiting_for_name.remove(&full);
-                        self.status.remove(&uid).await;
-                    } else if !self.finished.contains_key(&uid) || self.workers.has(&uid) {
-                        // (A pod whose worker already finished, e.g. deleted through the API, has
-                        // nothing left to stop.)
-                        self.workers.terminate(pod, None);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Upstream `canAdmitPod`: the predicates against the pods already admitted and still active.
-    /// A pod whose containers already run (adopted after a restart) holds its resources already
-    /// and is not re-checked.
-    fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
-        let uid = podutil::uid(pod);
-        if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
-            return Ok(());
-        }
-        let active: Vec<&Pod> = self
-            .pods
-            .iter()
-            .filter(|(u, _)| !self.rejected.contains(*u) && !self.finished.contains_key(*u))
-            .map(|(_, p)| &**p)
-            .collect();
-        admission::admit(pod, &self.node_view, &active)
-    }
-
-    /// The static pods that should have a mirror: wanted by their source, admitted, not deleted.
-    fn publish_static_pods(&self) {
-        let Some(m) = &self.mirrors else { return };
-        let pods = self
-            .pods
-            .iter()
-            .filter(|(uid, p)| podutil::is_static(p) && !self.rejected.contains(*uid))
-            .map(|(_, p)| p.clone())
-            .collect();
-        m.desired(pods);
-    }
-
-    /// A new pod runs once no other UID with its full name still has a worker.
-    fn start_or_wait(&mut self, pod: Arc<Pod>) {
-        let full = podutil::full_name(&pod);
-        if self.workers.name_busy(&full, podutil::uid(&pod)) {
-            debug!(pod = %full, "waiting for the previous pod of this name to terminate");
-            self.waiting_for_name.insert(full, pod);
-        } else {
-            self.workers.sync(pod);
-        }
-    }
-
-    async fn handle_worker_event(&mut self, ev: WorkerEvent) {
-        match ev {
-            WorkerEvent::Synced { uid, retry_after } => {
-                if self.pods.contains_key(&uid) {
-                    let after = retry_after.unwrap_or_else(|| jitter(self.cfg.sync_frequency));
-                    self.queue.insert(uid, Instant::now() + after);
-                }
-            }
-            WorkerEvent::Finished {
-                uid,
-                full_name,
-                pod,
-            } => {
-                if pod.metadata.deletion_timestamp.is_some() {
-                    self.deleted_in_api.insert(uid.clone());
-                    self.status.terminated(pod).await;
-                }
-                self.forget_probes(&uid);
-                if let Some(c) = &self.object_cache {
-                    c.unregister(&uid);
-                }
-                self.workers.forget(&uid);
-                self.workers.reap();
-                self.queue.remove(&uid);
-                self.finished.insert(uid, Instant::now());
-                if let Some(pod) = self.waiting_for_name.remove(&full_name) {
-                    self.start_or_wait(pod);
-                }
-            }
-        }
-    }
-
-    fn dispatch_due(&mut self) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .queue
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(u, _)| u.clone())
-            .collect();
-        for uid in due {
-            self.queue.remove(&uid);
-            self.wake(&uid);
-        }
-    }
-
-    /// Hands a known, admitted pod that is not waiting for its name to its worker.
-    /// Upstream's SyncLoop probe channels: a changed result is recorded, then the pod is synced
-    /// (a failed liveness/startup probe kills the container; readiness changes the status).
-    fn handle_probe_result(&mut self, u: ResultUpdate) {
-        debug!(uid = %u.pod_uid, container = %u.container_name, kind = u.kind.as_str(), result = u.result.as_str(), "probe result changed");
-        self.probe_results
-            .send_modify(|r| Arc::make_mut(r).apply(&u));
-        self.wake(&u.pod_uid);
-    }
-
-    /// Forgets a pod's probes: its workers stop and its results go.
-    fn forget_probes(&mut self, uid: &str) {
-        self.prober.remove_pod(uid);
-        self.probe_results.send_if_modified(|r| {
-            let before = r.len();
-            Arc::make_mut(r).remove_pod(uid);
-            r.len() != before
-        });
-    }
-
-    fn wake(&mut self, uid: &str) {
-        let Some(pod) = self.pods.get(uid) else {
-            return;
-        };
-        let waiting = self
-            .waiting_for_name
-            .get(&podutil::full_name(pod))
-            .is_some_and(|p| podutil::uid(p) == uid);
-        if !waiting && !self.rejected.contains(uid) {
-            self.workers.sync(pod.clone());
-        }
-    }
-
-    /// Upstream `HandlePodCleanups`: pods the runtime has that no source wants are killed and
-    /// removed, and pod directories nobody owns are cleaned up. Only once every source has been
-    /// read, or a restart would kill everything.
-    async fn housekeeping(&mut self) {
-        self.workers.reap();
-        if !self.expected_sources.is_subset(&self.seen_sources) {
-            return;
-        }
-        let listing = self.runtime_pods.borrow().clone();
-        // Cleanups the listing already reflects need no memory any more.
-        self.finished.retain(|_, at| *at >= listing.at);
-        for r in &listing.pods {
-            if self.pods.contains_key(&r.uid)
-                || self.workers.has(&r.uid)
-                || self.finished.contains_key(&r.uid)
-            {
-                continue;
-            }
-            info!(pod = %format!("{}/{}", r.namespace, r.name), uid = %r.uid, "cleaning up runtime pod no source wants");
-            let mut pod = Pod::default();
-            pod.metadata.name = Some(r.name.clone());
-            pod.metadata.namespace = Some(r.namespace.clone());
-            pod.metadata.uid = Some(r.uid.clone());
-            pod.spec = Some(PodSpec::default());
-            self.workers
-                .terminate(Arc::new(pod), Some(Duration::from_secs(2)));
-        }
-        self.cleanup_orphaned_pod_dirs(&listing).await;
-    }
-
-    /// Upstream `cleanupOrphanedPodDirs`: a pod directory whose pod no source wants, no worker
-    /// handles and the runtime does not run is left from a crash or a failed clean up; its
-    /// volumes are unmounted and it is removed. Pods still known keep theirs: their worker
-    /// removes it after tearing the pod down.
-    async fn cleanup_orphaned_pod_dirs(&self, listing: &RuntimePods) {
-        let pods_root = self.cfg.root_dir.join("pods");
-        let running: HashSet<&str> = listing.pods.iter().map(|r| r.uid.as_str()).collect();
-        let known = |uid: &str| {
-            self.pods.contains_key(uid) || self.workers.has(uid) || running.contains(uid)
-        };
-        let uids = {
-            let root = pods_root.clone();
-            tokio::task::spawn_blocking(move || volumes::pod_dir_uids(&root)).await
-        };
-        let orphans: Vec<String> = match uids {
-            Ok(Ok(uids)) => uids.into_iter().filter(|u| !known(u)).collect(),
-            Ok(Err(e)) => {
-                warn!(error = %e, "cannot list pod directories");
-                return;
-            }
-            Err(_) => return,
-        };
-        if orphans.is_empty() {
-            return;
-        }
-        let res = tokio::task::spawn_blocking(move || {
-            orphans
-                .into_iter()
-                .map(|uid| {
-                    let res = volumes::remove_pod_dir(&pods_root.join(&uid));
-                    (uid, res)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        for (uid, r) in res.into_iter().flatten() {
-            match r {
-                Ok(()) => info!(uid = %uid, "removed orphaned pod directory"),
-                Err(e) => warn!(uid = %uid, error = %e, "cannot remove orphaned pod directory"),
-            }
-        }
-    }
-}
-
-fn is_terminal_in_api(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
-/// Upstream resyncs with up to 50% jitter so pods do not sync in lockstep.
-fn jitter(d: Duration) -> Duration {
-    d + d.mul_f64(fastrand::f64() * 0.5)
 }

@@ -1,0 +1,365 @@
+//! The SyncLoop (upstream `syncLoop`, `syncLoopIteration`, `HandlePodAdditions/Updates/Removes`,
+//! `HandlePodCleanups`): it only routes. It records what sources want (upstream's pod manager),
+//! admits new pods, and hands work to the pod workers, whose lifecycle table holds everything
+//! else about a pod. Everything that waits on the runtime happens in workers, so it never blocks.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::admission;
+use crate::events::{EventType, Recorder};
+use crate::health::Health;
+use crate::mirror::MirrorHandle;
+use crate::pleg::{PodLifecycleEvent, RuntimePods};
+use crate::pod_workers::{Phase, PodSyncer, PodWorkers, WorkerEvent};
+use crate::podutil;
+use crate::prober::{ProbeHandle, ProbeResults, ResultUpdate};
+use crate::source::{ConfigEvent, PodOp, PodUpdate};
+use crate::status::{compute, StatusHandle};
+use crate::volumes;
+
+const SYNC_TICK: Duration = Duration::from_secs(1);
+/// How long the SyncLoop waits for PLEG's first listing before it handles pods.
+const FIRST_RELIST_WAIT: Duration = Duration::from_secs(10);
+const HOUSEKEEPING_TICK: Duration = Duration::from_secs(2);
+/// Grace period for pods only the runtime knows (no spec says otherwise).
+const RUNTIME_POD_GRACE: Duration = Duration::from_secs(2);
+
+/// What the loop routes between; built by `kubelet::run` (or a test).
+pub struct SyncLoop<S: PodSyncer> {
+    pub sync_frequency: Duration,
+    pub root_dir: PathBuf,
+    /// Upstream's pod manager: what the sources want, by UID.
+    pub pods: HashMap<String, Arc<Pod>>,
+    pub seen_sources: HashSet<&'static str>,
+    pub expected_sources: HashSet<&'static str>,
+    pub workers: PodWorkers<S>,
+    pub status: StatusHandle,
+    pub health: Arc<Health>,
+    pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
+    /// Told which static pods run, so each has a mirror pod (cluster mode only).
+    pub mirrors: Option<MirrorHandle>,
+    pub recorder: Recorder,
+    /// What admission checks pods against: labels, taints and allocatable of this node.
+    pub node_view: admission::NodeView,
+    pub prober: ProbeHandle,
+    /// The probe results, owned here and read by pod workers through the receiver in SyncContext.
+    pub probe_results: watch::Sender<Arc<ProbeResults>>,
+    /// The watch-based configMap/secret manager; a finished pod unregisters from it.
+    pub object_cache: Option<crate::object_cache::ObjectCache>,
+}
+
+/// The loop's inputs.
+pub struct Inputs {
+    pub config: mpsc::Receiver<ConfigEvent>,
+    pub pleg: mpsc::Receiver<PodLifecycleEvent>,
+    pub worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
+    pub probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
+    pub object_changes: mpsc::UnboundedReceiver<String>,
+}
+
+impl<S: PodSyncer> SyncLoop<S> {
+    pub async fn run(mut self, mut inputs: Inputs, cancel: CancellationToken) {
+        let mut sync_tick = tokio::time::interval(SYNC_TICK);
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_TICK);
+        sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Admission skips pods whose containers already run (they hold their resources), which
+        // needs the first runtime listing; without a runtime there is nothing to adopt anyway.
+        let mut listing = self.runtime_pods.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(FIRST_RELIST_WAIT, listing.changed()) => if r.is_err() {
+                warn!(waited = ?FIRST_RELIST_WAIT, "no runtime listing yet; admitting pods without it");
+            }
+        }
+        info!("starting the SyncLoop");
+        loop {
+            self.health.sync_loop_ran();
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                Some(ev) = inputs.config.recv() => match ev {
+                    ConfigEvent::Update(u) => {
+                        self.handle_update(u).await;
+                        self.publish_static_pods();
+                    }
+                    ConfigEvent::SourceReady(s) => {
+                        info!(source = s, "pod source ready");
+                        self.seen_sources.insert(s);
+                    }
+                },
+                Some(ev) = inputs.pleg.recv() => self.workers.sync(&ev.uid),
+                Some(u) = inputs.probe_updates.recv() => self.handle_probe_result(u),
+                Some(uid) = inputs.object_changes.recv() => {
+                    debug!(uid = %uid, "a configMap or secret the pod references changed");
+                    self.workers.sync(&uid);
+                }
+                Some(ev) = inputs.worker_events.recv() => self.handle_worker_event(ev).await,
+                _ = sync_tick.tick() => {
+                    for uid in self.workers.take_due(Instant::now()) {
+                        self.workers.sync(&uid);
+                    }
+                }
+                _ = housekeeping.tick() => self.housekeeping().await,
+            }
+        }
+        info!("SyncLoop stopping; waiting for pod workers");
+        self.workers.shutdown().await;
+    }
+
+    async fn handle_update(&mut self, u: PodUpdate) {
+        let mut pods = u.pods;
+        if u.op == PodOp::Add {
+            // Upstream admits additions oldest first, so after a restart the pods that already
+            // run claim their resources before newer ones are considered.
+            pods.sort_by(|a, b| {
+                a.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            });
+        }
+        for pod in pods {
+            let uid = podutil::uid(&pod).to_string();
+            match u.op {
+                PodOp::Add | PodOp::Update => {
+                    if u.op == PodOp::Add {
+                        info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
+                    }
+                    self.add_or_update(uid, pod).await;
+                }
+                PodOp::Remove => {
+                    info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
+                    self.pods.remove(&uid);
+                    self.workers.unwanted(&uid);
+                    if self.workers.drop_unstarted(&uid) {
+                        // Rejected, or still waiting for its name: nothing ever ran.
+                        self.status.remove(&uid).await;
+                    } else if self.workers.get(&uid).is_none_or(|r| {
+                        r.has_worker() || !matches!(r.phase, Phase::Finished { .. })
+                    }) {
+                        // (A pod whose worker already finished, e.g. deleted through the API, has
+                        // nothing left to stop.)
+                        self.workers.terminate(pod, None);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn add_or_update(&mut self, uid: String, pod: Arc<Pod>) {
+        let known = self.pods.contains_key(&uid);
+        if !known && pod.metadata.deletion_timestamp.is_none() && !is_terminal_in_api(&pod) {
+            if let Err(r) = self.admit(&pod) {
+                warn!(pod = %podutil::describe(&pod), reason = %r.reason, message = %r.message, "pod rejected");
+                self.recorder.pod_event(
+                    &pod,
+                    None,
+                    EventType::Warning,
+                    &r.reason,
+                    r.message.clone(),
+                );
+                self.pods.insert(uid, pod.clone());
+                self.workers.reject(pod.clone());
+                self.status.set(pod, r.status(compute::now())).await;
+                return;
+            }
+        }
+        self.pods.insert(uid.clone(), pod.clone());
+        let record = self.workers.get(&uid);
+        if record.is_some_and(|r| r.phase == Phase::Rejected) {
+            // Rejection is final for this UID (upstream: rejected pods are terminal).
+            self.workers.update(pod);
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            if record.is_some_and(|r| r.deleted_in_api && !r.has_worker()) {
+                // Already terminated and its deletion requested: this is our own status write
+                // coming back through the watch.
+                return;
+            }
+            // Graceful deletion: stop with the API's grace period; the object is deleted once
+            // everything is gone (see handle_worker_event).
+            let grace = pod
+                .metadata
+                .deletion_grace_period_seconds
+                .map(|g| Duration::from_secs(g.max(0) as u64));
+            info!(pod = %podutil::describe(&pod), grace = ?grace, "pod deleted in the API; terminating");
+            self.workers.terminate(pod, grace);
+            return;
+        }
+        if !self.workers.has_worker(&uid) && is_terminal_in_api(&pod) {
+            // Finished before (e.g. before a kubelet restart): never run it again.
+            self.workers.reject(pod);
+            return;
+        }
+        if known && record.is_some_and(|r| matches!(r.phase, Phase::Finished { .. })) {
+            // Terminated and cleaned up while its source still lists it: termination is final.
+            return;
+        }
+        self.status.add(pod.clone()).await;
+        self.workers.update(pod);
+    }
+
+    /// Upstream `canAdmitPod`: the predicates against the pods already admitted and still active.
+    /// A pod whose containers already run (adopted after a restart) holds its resources already
+    /// and is not re-checked.
+    fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
+        let uid = podutil::uid(pod);
+        if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
+            return Ok(());
+        }
+        let active: Vec<&Pod> = self
+            .pods
+            .iter()
+            .filter(|(u, _)| self.workers.holds_resources(u))
+            .map(|(_, p)| &**p)
+            .collect();
+        admission::admit(pod, &self.node_view, &active)
+    }
+
+    /// The static pods that should have a mirror: wanted by their source, admitted, not deleted.
+    fn publish_static_pods(&self) {
+        let Some(m) = &self.mirrors else { return };
+        let pods = self
+            .pods
+            .iter()
+            .filter(|(uid, p)| {
+                podutil::is_static(p) && self.workers.phase(uid) != Some(Phase::Rejected)
+            })
+            .map(|(_, p)| p.clone())
+            .collect();
+        m.desired(pods);
+    }
+
+    async fn handle_worker_event(&mut self, ev: WorkerEvent) {
+        match ev {
+            WorkerEvent::Synced { uid, retry_after } => {
+                if self.pods.contains_key(&uid) {
+                    let after = retry_after.unwrap_or_else(|| jitter(self.sync_frequency));
+                    self.workers.schedule(&uid, after);
+                }
+            }
+            WorkerEvent::Terminated { uid } => self.workers.terminated(&uid),
+            WorkerEvent::Finished { uid, pod } => {
+                if let Some(pod) = &pod {
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        self.status.terminated(pod.clone()).await;
+                    }
+                }
+                self.forget_probes(&uid);
+                if let Some(c) = &self.object_cache {
+                    c.unregister(&uid);
+                }
+                for next in self.workers.finished(&uid, pod.as_deref()) {
+                    self.workers.update(next);
+                }
+            }
+        }
+    }
+
+    /// Upstream's SyncLoop probe channels: a changed result is recorded, then the pod is synced
+    /// (a failed liveness/startup probe kills the container; readiness changes the status).
+    fn handle_probe_result(&mut self, u: ResultUpdate) {
+        debug!(uid = %u.pod_uid, container = %u.container_name, kind = u.kind.as_str(), result = u.result.as_str(), "probe result changed");
+        self.probe_results
+            .send_modify(|r| Arc::make_mut(r).apply(&u));
+        self.workers.sync(&u.pod_uid);
+    }
+
+    /// Forgets a pod's probes: its workers stop and its results go.
+    fn forget_probes(&mut self, uid: &str) {
+        self.prober.remove_pod(uid);
+        self.probe_results.send_if_modified(|r| {
+            let before = r.len();
+            Arc::make_mut(r).remove_pod(uid);
+            r.len() != before
+        });
+    }
+
+    /// Upstream `HandlePodCleanups`: pods the runtime has that no source wants are killed and
+    /// removed, and pod directories nobody owns are cleaned up. Only once every source has been
+    /// read, or a restart would kill everything.
+    async fn housekeeping(&mut self) {
+        self.workers.reap();
+        if !self.expected_sources.is_subset(&self.seen_sources) {
+            return;
+        }
+        let listing = self.runtime_pods.borrow().clone();
+        // Cleanups the listing already reflects need no memory any more.
+        self.workers.forget_finished(listing.at);
+        for r in &listing.pods {
+            if self.pods.contains_key(&r.uid) || self.workers.knows(&r.uid) {
+                continue;
+            }
+            info!(pod = %format!("{}/{}", r.namespace, r.name), uid = %r.uid, "cleaning up runtime pod no source wants");
+            self.workers
+                .terminate_runtime_pod(r.clone(), RUNTIME_POD_GRACE);
+        }
+        self.cleanup_orphaned_pod_dirs(&listing).await;
+    }
+
+    /// Upstream `cleanupOrphanedPodDirs`: a pod directory whose pod no source wants, no worker
+    /// handles and the runtime does not run is left from a crash or a failed clean up; its
+    /// volumes are unmounted and it is removed. Pods still known keep theirs: their worker
+    /// removes it after tearing the pod down.
+    async fn cleanup_orphaned_pod_dirs(&self, listing: &RuntimePods) {
+        let pods_root = self.root_dir.join("pods");
+        let running: HashSet<&str> = listing.pods.iter().map(|r| r.uid.as_str()).collect();
+        let known = |uid: &str| {
+            self.pods.contains_key(uid) || self.workers.has_worker(uid) || running.contains(uid)
+        };
+        let uids = {
+            let root = pods_root.clone();
+            tokio::task::spawn_blocking(move || volumes::pod_dir_uids(&root)).await
+        };
+        let orphans: Vec<String> = match uids {
+            Ok(Ok(uids)) => uids.into_iter().filter(|u| !known(u)).collect(),
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot list pod directories");
+                return;
+            }
+            Err(_) => return,
+        };
+        if orphans.is_empty() {
+            return;
+        }
+        let res = tokio::task::spawn_blocking(move || {
+            orphans
+                .into_iter()
+                .map(|uid| {
+                    let res = volumes::remove_pod_dir(&pods_root.join(&uid));
+                    (uid, res)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        for (uid, r) in res.into_iter().flatten() {
+            match r {
+                Ok(()) => info!(uid = %uid, "removed orphaned pod directory"),
+                Err(e) => warn!(uid = %uid, error = %e, "cannot remove orphaned pod directory"),
+            }
+        }
+    }
+}
+
+fn is_terminal_in_api(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+/// Upstream resyncs with up to 50% jitter so pods do not sync in lockstep.
+fn jitter(d: Duration) -> Duration {
+    d + d.mul_f64(fastrand::f64() * 0.5)
+}

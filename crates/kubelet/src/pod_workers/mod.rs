@@ -1,0 +1,473 @@
+//! Pod workers (upstream `pod_workers.go`): one lifecycle record per pod UID and one task per
+//! pod that is being synced or torn down.
+//!
+//! The record is upstream's `podSyncStatus`: where the pod is in its life (waiting for its name,
+//! syncing, terminating, terminated, finished, or rejected at admission), whether it is a pod only
+//! the runtime knows, whether its API deletion was requested, and when it is due for its next
+//! sync. It is the one place that state lives; the SyncLoop keeps only what sources want (the pod
+//! manager) and routes. Workers run a [`PodSyncer`], upstream's `podSyncer` interface with its four
+//! operations, so the lifecycle can be tested without a runtime.
+
+mod worker;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{warn, Instrument};
+
+use crate::podutil;
+use crate::runtime::manager::RuntimePodRef;
+use crate::runtime::RuntimeError;
+use worker::Work;
+pub use worker::ERROR_RETRY;
+
+/// The result of one sync.
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    /// The pod reached Succeeded or Failed: the worker stops it and never starts it again.
+    pub terminal: bool,
+    /// Sync again this soon (backoff ends, or an error to retry); None means the regular resync.
+    pub retry_after: Option<Duration>,
+}
+
+/// What a worker runs (upstream `podSyncer`). `State` is what the syncer keeps for one pod
+/// between calls; the worker owns it.
+pub trait PodSyncer: Send + Sync + 'static {
+    type State: Send + 'static;
+
+    fn new_state(&self, pod: &Pod) -> Self::State;
+
+    /// Upstream `SyncPod`: one pass towards the spec.
+    fn sync_pod(
+        &self,
+        state: &mut Self::State,
+        pod: &Arc<Pod>,
+    ) -> impl Future<Output = SyncOutcome> + Send;
+
+    /// Upstream `SyncTerminatingPod`: stop every container with the grace period (the override,
+    /// else the pod's own) and publish the final status. Retried until it succeeds.
+    fn sync_terminating_pod(
+        &self,
+        state: &mut Self::State,
+        pod: &Arc<Pod>,
+        grace: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Upstream `SyncTerminatingRuntimePod`: a pod no source wants and only the runtime knows;
+    /// there is no spec (no hooks, no status), only what the runtime has.
+    fn sync_terminating_runtime_pod(
+        &self,
+        pod: &RuntimePodRef,
+        grace: Duration,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Upstream `SyncTerminatedPod`: everything stopped; remove containers, sandboxes, volumes
+    /// and the pod directory, and forget the pod's status.
+    fn sync_terminated_pod(
+        &self,
+        state: &mut Self::State,
+        pod: &Arc<Pod>,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+}
+
+/// What workers report to the SyncLoop.
+#[derive(Debug)]
+pub enum WorkerEvent {
+    /// A sync finished; run the next one after `retry_after` (None: the regular resync period).
+    Synced {
+        uid: String,
+        retry_after: Option<Duration>,
+    },
+    /// Every container is stopped; clean up follows.
+    Terminated { uid: String },
+    /// Terminated and cleaned up: the worker is gone and the pod's name is free again.
+    Finished {
+        uid: String,
+        /// The pod as the worker last knew it (deletion timestamp included); None for a
+        /// runtime-only pod.
+        pod: Option<Arc<Pod>>,
+    },
+}
+
+/// Where a pod is in its life (upstream: `podSyncStatus`'s working / terminating / terminated /
+/// finished flags, as one enum so impossible combinations cannot be written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Admission turned it down; it keeps its Failed status until its source drops it.
+    Rejected,
+    /// Its full name is still held by another UID that is terminating.
+    WaitingForName,
+    Syncing,
+    /// Being stopped with this grace override (None: the pod's own).
+    Terminating {
+        grace: Option<Duration>,
+    },
+    /// Stopped; its worker is cleaning up.
+    Terminated,
+    /// Cleaned up and its worker gone, at this time. Kept until a runtime listing taken after
+    /// it, so housekeeping does not take a stale listing for a pod to clean up again.
+    Finished {
+        at: Instant,
+    },
+}
+
+/// One pod's lifecycle record.
+#[derive(Debug)]
+pub struct PodRecord {
+    /// The newest spec; None for a pod only the runtime knows.
+    pub pod: Option<Arc<Pod>>,
+    pub full_name: String,
+    pub phase: Phase,
+    /// Deleted in the API, terminated, and its object's deletion requested: a later update of it
+    /// is our own status write coming back and must not start another termination.
+    pub deleted_in_api: bool,
+    /// When the pod is due for its next sync (upstream's work queue).
+    pub next_sync: Option<Instant>,
+    /// The same UID was wanted again while terminating (upstream `restartRequested`).
+    restart: Option<Arc<Pod>>,
+    worker: Option<watch::Sender<Work>>,
+}
+
+impl PodRecord {
+    fn new(pod: Option<Arc<Pod>>, full_name: String, phase: Phase) -> Self {
+        PodRecord {
+            pod,
+            full_name,
+            phase,
+            deleted_in_api: false,
+            next_sync: None,
+            restart: None,
+            worker: None,
+        }
+    }
+
+    /// True while a worker task runs for the pod.
+    pub fn has_worker(&self) -> bool {
+        self.worker.is_some()
+    }
+}
+
+/// The lifecycle table and the worker tasks, owned by the SyncLoop.
+pub struct PodWorkers<S: PodSyncer> {
+    syncer: Arc<S>,
+    records: HashMap<String, PodRecord>,
+    tasks: JoinSet<()>,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    cancel: CancellationToken,
+}
+
+impl<S: PodSyncer> PodWorkers<S> {
+    pub fn new(
+        syncer: Arc<S>,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+        cancel: CancellationToken,
+    ) -> Self {
+        PodWorkers {
+            syncer,
+            records: HashMap::new(),
+            tasks: JoinSet::new(),
+            events,
+            cancel,
+        }
+    }
+
+    pub fn get(&self, uid: &str) -> Option<&PodRecord> {
+        self.records.get(uid)
+    }
+
+    pub fn phase(&self, uid: &str) -> Option<Phase> {
+        self.records.get(uid).map(|r| r.phase)
+    }
+
+    /// Any record at all: the pod is wanted, running, or was cleaned up after the last listing.
+    pub fn knows(&self, uid: &str) -> bool {
+        self.records.contains_key(uid)
+    }
+
+    pub fn has_worker(&self, uid: &str) -> bool {
+        self.records.get(uid).is_some_and(PodRecord::has_worker)
+    }
+
+    /// Pods holding node resources for admission: neither rejected nor finished.
+    pub fn holds_resources(&self, uid: &str) -> bool {
+        !matches!(
+            self.phase(uid),
+            Some(Phase::Rejected) | Some(Phase::Finished { .. })
+        )
+    }
+
+    /// Number of live worker tasks.
+    pub fn workers(&self) -> usize {
+        self.records.values().filter(|r| r.has_worker()).count()
+    }
+
+    /// True while the full name is held by another UID's worker, or by this UID's own worker that
+    /// is terminating: the pod must wait for `Finished`.
+    fn name_busy(&self, full_name: &str, uid: &str) -> bool {
+        self.records.iter().any(|(u, r)| {
+            r.has_worker() && r.full_name == full_name && (u != uid || r.phase != Phase::Syncing)
+        })
+    }
+
+    /// A wanted pod, new or updated: start its worker (or make it wait for its name), or hand the
+    /// worker the newest spec. A pod being torn down is restarted once it finished.
+    pub fn update(&mut self, pod: Arc<Pod>) {
+        let uid = podutil::uid(&pod).to_string();
+        let full_name = podutil::full_name(&pod);
+        let busy = self.name_busy(&full_name, &uid);
+        match self.records.get_mut(&uid) {
+            Some(r) => match r.phase {
+                Phase::Syncing => {
+                    if let Some(w) = &r.worker {
+                        w.send_replace(Work::Sync(pod.clone()));
+                    }
+                    r.pod = Some(pod);
+                }
+                Phase::Rejected => r.pod = Some(pod),
+                Phase::WaitingForName if busy => r.pod = Some(pod),
+                Phase::WaitingForName => {
+                    self.records.remove(&uid);
+                    self.start(uid, pod, full_name, false);
+                }
+                Phase::Terminating { .. } | Phase::Terminated => r.restart = Some(pod),
+                Phase::Finished { .. } => {
+                    self.records.remove(&uid);
+                    self.start(uid, pod, full_name, busy);
+                }
+            },
+            None => self.start(uid, pod, full_name, busy),
+        }
+    }
+
+    fn start(&mut self, uid: String, pod: Arc<Pod>, full_name: String, busy: bool) {
+        if busy {
+            self.records.insert(
+                uid,
+                PodRecord::new(Some(pod), full_name, Phase::WaitingForName),
+            );
+        } else {
+            self.spawn(
+                uid,
+                Some(pod.clone()),
+                full_name,
+                Work::Sync(pod),
+                Phase::Syncing,
+            );
+        }
+    }
+
+    /// Wakes a syncing pod's worker with its newest spec; anything else ignores the wake.
+    pub fn sync(&mut self, uid: &str) {
+        if let Some(r) = self.records.get(uid) {
+            if let (Phase::Syncing, Some(w), Some(pod)) = (r.phase, &r.worker, &r.pod) {
+                w.send_replace(Work::Sync(pod.clone()));
+            }
+        }
+    }
+
+    /// Admission turned the pod down.
+    pub fn reject(&mut self, pod: Arc<Pod>) {
+        let uid = podutil::uid(&pod).to_string();
+        let full_name = podutil::full_name(&pod);
+        self.records
+            .insert(uid, PodRecord::new(Some(pod), full_name, Phase::Rejected));
+    }
+
+    /// Stop the pod and remove everything it had (upstream `UpdatePod` with `SyncPodKill`).
+    /// Termination is final: a pod already terminating keeps its first grace period.
+    pub fn terminate(&mut self, pod: Arc<Pod>, grace: Option<Duration>) {
+        let uid = podutil::uid(&pod).to_string();
+        let full_name = podutil::full_name(&pod);
+        let work = Work::Terminate {
+            pod: pod.clone(),
+            grace,
+        };
+        let r = match self.records.get_mut(&uid) {
+            Some(r) => r,
+            None => {
+                self.spawn(
+                    uid,
+                    Some(pod),
+                    full_name,
+                    work,
+                    Phase::Terminating { grace },
+                );
+                return;
+            }
+        };
+        r.restart = None;
+        r.next_sync = None;
+        match (r.phase, &r.worker) {
+            (Phase::Syncing, Some(w)) => {
+                w.send_replace(work);
+                r.phase = Phase::Terminating { grace };
+                r.pod = Some(pod);
+            }
+            (Phase::WaitingForName, _) => {
+                self.records.remove(&uid);
+                self.spawn(
+                    uid,
+                    Some(pod),
+                    full_name,
+                    work,
+                    Phase::Terminating { grace },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops and removes a pod only the runtime knows (upstream `SyncKnownPods` +
+    /// `SyncTerminatingRuntimePod`); no API object is invented for it.
+    pub fn terminate_runtime_pod(&mut self, pod: RuntimePodRef, grace: Duration) {
+        if self.records.contains_key(&pod.uid) {
+            return;
+        }
+        let uid = pod.uid.clone();
+        let full_name = format!("{}_{}", pod.name, pod.namespace);
+        self.spawn(
+            uid,
+            None,
+            full_name,
+            Work::TerminateRuntime { pod, grace },
+            Phase::Terminating { grace: Some(grace) },
+        );
+    }
+
+    /// The source dropped a pod that never ran (rejected, or waiting for its name): its record
+    /// goes and nothing needs stopping. False when the pod has (or had) a worker.
+    pub fn drop_unstarted(&mut self, uid: &str) -> bool {
+        match self.phase(uid) {
+            Some(Phase::Rejected) | Some(Phase::WaitingForName) => {
+                self.records.remove(uid);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The pod's next sync is due after `after`.
+    pub fn schedule(&mut self, uid: &str, after: Duration) {
+        if let Some(r) = self.records.get_mut(uid) {
+            if r.phase == Phase::Syncing {
+                r.next_sync = Some(Instant::now() + after);
+            }
+        }
+    }
+
+    /// Pods whose next sync is due; their schedule is cleared.
+    pub fn take_due(&mut self, now: Instant) -> Vec<String> {
+        let mut due = Vec::new();
+        for (uid, r) in self.records.iter_mut() {
+            if r.next_sync.is_some_and(|t| t <= now) {
+                r.next_sync = None;
+                due.push(uid.clone());
+            }
+        }
+        due
+    }
+
+    /// The source no longer wants the pod: it is not resynced any more, and a deletion recorded
+    /// for a finished pod is forgotten.
+    pub fn unwanted(&mut self, uid: &str) {
+        if let Some(r) = self.records.get_mut(uid) {
+            r.next_sync = None;
+            r.deleted_in_api = false;
+        }
+    }
+
+    /// A worker stopped every container.
+    pub fn terminated(&mut self, uid: &str) {
+        if let Some(r) = self.records.get_mut(uid) {
+            if matches!(r.phase, Phase::Terminating { .. }) {
+                r.phase = Phase::Terminated;
+            }
+        }
+    }
+
+    /// A worker finished: the record turns Finished and the name is free. Returns the pods to
+    /// start now (this UID wanted again, or another waiting for the name).
+    pub fn finished(&mut self, uid: &str, pod: Option<&Pod>) -> Vec<Arc<Pod>> {
+        self.reap();
+        let Some(r) = self.records.get_mut(uid) else {
+            return Vec::new();
+        };
+        r.worker = None;
+        r.phase = Phase::Finished { at: Instant::now() };
+        r.deleted_in_api = pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+        let full_name = r.full_name.clone();
+        let mut next: Vec<Arc<Pod>> = r.restart.take().into_iter().collect();
+        next.extend(
+            self.records
+                .values()
+                .filter(|r| r.phase == Phase::WaitingForName && r.full_name == full_name)
+                .filter_map(|r| r.pod.clone()),
+        );
+        next
+    }
+
+    /// Forgets finished pods cleaned up before a runtime listing taken at `listed`, except those
+    /// whose API deletion may still echo back through the watch.
+    pub fn forget_finished(&mut self, listed: Instant) {
+        self.records.retain(|_, r| match r.phase {
+            Phase::Finished { at } => at >= listed || r.deleted_in_api,
+            _ => true,
+        });
+    }
+
+    /// Forgets a pod entirely (its source dropped it and it is finished).
+    pub fn forget(&mut self, uid: &str) {
+        if matches!(self.phase(uid), Some(Phase::Finished { .. })) {
+            self.records.remove(uid);
+        }
+    }
+
+    /// Reaps finished tasks so the JoinSet does not grow; a panicked worker is logged.
+    pub fn reap(&mut self) {
+        while let Some(res) = self.tasks.try_join_next() {
+            if let Err(e) = res {
+                if e.is_panic() {
+                    warn!(error = %e, "pod worker panicked");
+                }
+            }
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        uid: String,
+        pod: Option<Arc<Pod>>,
+        full_name: String,
+        work: Work,
+        phase: Phase,
+    ) {
+        let span = tracing::info_span!("pod_worker", pod = %full_name, uid = %uid);
+        let (tx, rx) = watch::channel(work);
+        self.tasks.spawn(
+            worker::run(
+                self.syncer.clone(),
+                rx,
+                self.events.clone(),
+                self.cancel.child_token(),
+                uid.clone(),
+            )
+            .instrument(span),
+        );
+        let mut r = PodRecord::new(pod, full_name, phase);
+        r.worker = Some(tx);
+        self.records.insert(uid, r);
+    }
+
+    /// Waits for every worker to stop after cancellation (kubelet shutdown leaves pods running).
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}

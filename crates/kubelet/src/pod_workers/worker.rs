@@ -1,0 +1,125 @@
+//! One pod's worker task (upstream `podWorkerLoop`): takes the newest work for its pod and runs
+//! the matching [`PodSyncer`] operation. "Latest wins" is a `watch` channel: a worker busy
+//! syncing sees only the newest update when it looks again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{PodSyncer, SyncOutcome, WorkerEvent};
+use crate::runtime::manager::RuntimePodRef;
+
+/// Upstream's pod worker retry period after a failed sync (`backOffPeriod`).
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+/// First retry of a failed termination step; doubles up to [`ERROR_RETRY`].
+const TERMINATE_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs a termination step until it succeeds, backing off from 1 s to [`ERROR_RETRY`]; false
+/// when the kubelet stops meanwhile. (A macro, not a function: each attempt borrows the
+/// worker's state anew.)
+macro_rules! retry {
+    ($cancel:expr, $step:expr) => {{
+        let mut delay = TERMINATE_RETRY;
+        loop {
+            match $step.await {
+                Ok(()) => break !$cancel.is_cancelled(),
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?delay, "failed to terminate pod");
+                    tokio::select! {
+                        _ = $cancel.cancelled() => break false,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(ERROR_RETRY);
+                }
+            }
+        }
+    }};
+}
+
+/// The newest thing a worker should do.
+#[derive(Clone, Debug)]
+pub(super) enum Work {
+    Sync(Arc<Pod>),
+    /// Stop the pod (grace override or the pod's own) and clean everything up.
+    Terminate {
+        pod: Arc<Pod>,
+        grace: Option<Duration>,
+    },
+    /// A pod only the runtime knows: stop and remove it, there is no spec to honour.
+    TerminateRuntime {
+        pod: RuntimePodRef,
+        grace: Duration,
+    },
+}
+
+pub(super) async fn run<S: PodSyncer>(
+    syncer: Arc<S>,
+    mut rx: watch::Receiver<Work>,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    cancel: CancellationToken,
+    uid: String,
+) {
+    let mut state: Option<S::State> = None;
+    // The pod reached a terminal phase and was stopped: it never syncs again.
+    let mut done = false;
+    loop {
+        let work = rx.borrow_and_update().clone();
+        match work {
+            Work::TerminateRuntime { pod, grace } => {
+                if !retry!(&cancel, syncer.sync_terminating_runtime_pod(&pod, grace)) {
+                    return;
+                }
+                info!("runtime pod stopped and removed");
+                let _ = events.send(WorkerEvent::Finished { uid, pod: None });
+                return;
+            }
+            Work::Terminate { pod, grace } => {
+                let st = state.get_or_insert_with(|| syncer.new_state(&pod));
+                if !retry!(&cancel, syncer.sync_terminating_pod(st, &pod, grace)) {
+                    return;
+                }
+                let _ = events.send(WorkerEvent::Terminated { uid: uid.clone() });
+                if !retry!(&cancel, syncer.sync_terminated_pod(st, &pod)) {
+                    return;
+                }
+                info!("pod terminated and cleaned up");
+                let _ = events.send(WorkerEvent::Finished {
+                    uid,
+                    pod: Some(pod),
+                });
+                return;
+            }
+            Work::Sync(pod) if !done => {
+                let st = state.get_or_insert_with(|| syncer.new_state(&pod));
+                let out: SyncOutcome = syncer.sync_pod(st, &pod).await;
+                if out.terminal {
+                    info!("pod reached a terminal phase; stopping its sandbox");
+                    match syncer.sync_terminating_pod(st, &pod, None).await {
+                        Ok(()) => done = true,
+                        Err(e) => {
+                            warn!(error = %e, "failed to stop terminal pod; will retry");
+                            let _ = events.send(WorkerEvent::Synced {
+                                uid: uid.clone(),
+                                retry_after: Some(ERROR_RETRY),
+                            });
+                        }
+                    }
+                } else {
+                    let _ = events.send(WorkerEvent::Synced {
+                        uid: uid.clone(),
+                        retry_after: out.retry_after,
+                    });
+                }
+            }
+            Work::Sync(_) => {}
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = rx.changed() => if r.is_err() { return },
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The kubelet's [`PodSyncer`]: the pod workers' four operations, carried out by the transaction
+//! scripts of this module against the runtime, volumes and status manager.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{cleanup_pod, remove_from_runtime, remove_pod_dir, sync_pod, terminate_pod};
+use super::{PodState, SyncContext, SyncOutcome};
+use crate::pod_workers::PodSyncer;
+use crate::podutil;
+use crate::runtime::manager::RuntimePodRef;
+use crate::runtime::RuntimeError;
+
+/// Cheap to clone: the shared handles every worker uses.
+#[derive(Clone)]
+pub struct Syncer {
+    pub ctx: Arc<SyncContext>,
+}
+
+impl PodSyncer for Syncer {
+    type State = PodState;
+
+    fn new_state(&self, _pod: &Pod) -> PodState {
+        PodState::new()
+    }
+
+    async fn sync_pod(&self, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
+        sync_pod(&self.ctx, state, pod).await
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        state: &mut PodState,
+        pod: &Arc<Pod>,
+        grace: Option<Duration>,
+    ) -> Result<(), RuntimeError> {
+        terminate_pod(&self.ctx, state, pod, grace).await
+    }
+
+    async fn sync_terminating_runtime_pod(
+        &self,
+        pod: &RuntimePodRef,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        remove_from_runtime(&self.ctx, pod, grace).await?;
+        remove_pod_dir(&self.ctx, pod).await;
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(
+        &self,
+        _state: &mut PodState,
+        pod: &Arc<Pod>,
+    ) -> Result<(), RuntimeError> {
+        cleanup_pod(&self.ctx, pod).await?;
+        self.ctx.status.remove(podutil::uid(pod)).await;
+        Ok(())
+    }
+}
