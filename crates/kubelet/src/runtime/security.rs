@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{
 };
 use rkubelet_cri::api;
 
-use super::container::ConfigError;
 use crate::podutil;
+use crate::types::ConfigError;
 
 /// The user an image runs as (upstream `getImageUser`): a numeric uid, else a user name; an
 /// image that sets neither runs as root, so that is uid 0.

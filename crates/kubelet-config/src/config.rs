@@ -71,8 +71,7 @@ pub struct KubeletConfig {
     /// `serializeImagePulls`: one pull at a time, upstream's default.
     pub serialize_image_pulls: bool,
     /// `configMapAndSecretChangeDetectionStrategy`: how ConfigMaps and Secrets are read.
-    pub config_map_and_secret_change_detection_strategy:
-        crate::object_cache::ChangeDetectionStrategy,
+    pub config_map_and_secret_change_detection_strategy: crate::ChangeDetectionStrategy,
     /// `resolvConf`: the host resolver file pods with dnsPolicy Default get.
     pub resolv_conf: PathBuf,
     /// `clusterDomain`.
@@ -244,10 +243,10 @@ impl Default for KubeletConfig {
             event_record_qps: 50,
             event_burst: 100,
             allowed_unsafe_sysctls: Vec::new(),
-            container_log_max_size: crate::logs::manager::DEFAULT_MAX_SIZE,
-            container_log_max_files: crate::logs::manager::DEFAULT_MAX_FILES as u32,
-            container_log_monitor_interval: crate::logs::manager::DEFAULT_MONITOR_INTERVAL,
-            container_logs_dir: PathBuf::from(crate::logs::DEFAULT_CONTAINER_LOGS_DIR),
+            container_log_max_size: crate::defaults::CONTAINER_LOG_MAX_SIZE,
+            container_log_max_files: crate::defaults::CONTAINER_LOG_MAX_FILES as u32,
+            container_log_monitor_interval: crate::defaults::CONTAINER_LOG_MONITOR_INTERVAL,
+            container_logs_dir: PathBuf::from(crate::defaults::CONTAINER_LOGS_DIR),
             port: 10250,
             tls_cert_file: None,
             tls_private_key_file: None,
@@ -512,7 +511,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     }
     if let Some(s) = r.string("configMapAndSecretChangeDetectionStrategy") {
         // Other values were already reported by the enum check of the schema.
-        if let Some(v) = crate::object_cache::ChangeDetectionStrategy::parse(&s) {
+        if let Some(v) = crate::ChangeDetectionStrategy::parse(&s) {
             cfg.config_map_and_secret_change_detection_strategy = v;
         }
     }
@@ -661,10 +660,10 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
             cfg.pod_logs_dir
         ));
     }
-    if let Err(e) = crate::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls) {
+    if let Err(e) = crate::sysctl::validate_patterns(&cfg.allowed_unsafe_sysctls) {
         errors.push(format!("allowedUnsafeSysctls: {e}"));
     }
-    if let Err(e) = rkubelet_cri::parse_endpoint(&cfg.container_runtime_endpoint) {
+    if let Err(e) = crate::endpoint::parse_endpoint(&cfg.container_runtime_endpoint) {
         errors.push(format!("containerRuntimeEndpoint: {e}"));
     }
     if cfg.container_log_max_files < 2 {
@@ -792,7 +791,7 @@ fn validate_tree(t: &Value, errors: &mut Vec<String>) {
 /// `Quantity.Value()`; for `containerLogMaxSize`.
 pub fn parse_quantity_bytes(s: &str) -> Result<u64, String> {
     let milli =
-        crate::resources::parse_milli(s).ok_or_else(|| format!("{s:?} is not a valid quantity"))?;
+        crate::quantity::parse_milli(s).ok_or_else(|| format!("{s:?} is not a valid quantity"))?;
     if milli < 0 {
         return Err(format!("{s:?} must not be negative"));
     }
@@ -1011,7 +1010,7 @@ mod tests {
 
     #[test]
     fn change_detection_strategy() {
-        use crate::object_cache::ChangeDetectionStrategy as S;
+        use crate::ChangeDetectionStrategy as S;
         let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
         let get = |extra: &str| parse(&format!("{head}{extra}"));
         assert_eq!(
