@@ -97,12 +97,7 @@ impl Prober for Handlers {
             return Ok(super::grpc::grpc_probe(host, port, service, req.timeout).await);
         }
         Err(ProbeError::MissingHandler {
-            pod: format!(
-                "{}_{}({})",
-                podutil::name(req.pod),
-                podutil::namespace(req.pod),
-                podutil::uid(req.pod)
-            ),
+            pod: format!("{}({})", podutil::full_name(req.pod), podutil::uid(req.pod)),
             container: req.container.name.clone(),
         })
     }

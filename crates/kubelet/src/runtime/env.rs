@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::expansion::{self, Lookup};
 use crate::objects::{ObjectKind, Objects};
+use crate::podutil;
 use crate::resources::parse_milli;
 use crate::types::ConfigError;
 
@@ -57,7 +58,7 @@ pub use crate::types::event_reasons::INVALID_ENVIRONMENT_VARIABLE_NAMES;
 
 /// [`make_environment_variables`] with the skipped envFrom keys reported.
 pub fn make_env(pod: &Pod, c: &Container, cx: &EnvContext<'_>) -> Result<Env, ConfigError> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let ns = podutil::namespace(pod);
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
     let mut invalid_names = Vec::new();

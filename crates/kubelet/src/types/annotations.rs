@@ -8,3 +8,7 @@ pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// Marks a mirror pod; the value is its static pod's hash (upstream `ConfigMirrorAnnotationKey`).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The per-container annotation AppArmor profiles were set with before the field existed
+/// (upstream `v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix`; still honoured for static
+/// pods, which never had it converted).
+pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
