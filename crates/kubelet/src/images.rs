@@ -13,7 +13,7 @@ use crate::backoff::Backoff;
 use crate::credentials;
 use crate::events::{self, EventType, Recorder};
 use crate::podutil;
-use crate::sync::{Reason, StartError};
+use crate::types::{Reason, StartError};
 
 /// Upstream `applyDefaultImageTag`: no tag and no digest means `:latest`.
 pub fn with_default_tag(image: &str) -> String {

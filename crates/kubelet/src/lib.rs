@@ -4,14 +4,12 @@
 pub mod admission;
 pub mod backoff;
 pub mod certificate;
-pub mod config;
 pub mod configz;
 pub mod container;
 pub mod credentials;
 pub mod dns;
 pub mod events;
 pub mod expansion;
-pub mod flags;
 pub mod health;
 pub mod hosts;
 pub mod images;
@@ -35,6 +33,11 @@ pub mod status;
 pub mod sync;
 pub mod sysctl;
 pub mod token;
+pub mod types;
 pub mod volumes;
+
+// The configuration is its own leaf crate; these keep `crate::config::...` and `kubelet::flags`
+// working for the modules and the binary that name them.
+pub use kubelet_config::{config, flags};
 
 pub use config::KubeletConfig;

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::podutil;
-use crate::source::static_pod::{CONFIG_HASH_ANNOTATION, MIRROR_ANNOTATION};
 use crate::status::StatusHandle;
+use crate::types::annotations::{CONFIG_HASH_ANNOTATION, MIRROR_ANNOTATION};
 
 const RETRY_TICK: Duration = Duration::from_secs(10);
 

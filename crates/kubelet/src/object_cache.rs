@@ -23,31 +23,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::objects::{ObjectData, ObjectError, ObjectKind};
+use crate::types::objects::{ObjectData, ObjectError, ObjectKind};
 
-/// `configMapAndSecretChangeDetectionStrategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ChangeDetectionStrategy {
-    /// A GET per object on every pod sync.
-    Get,
-    /// GET results reused for a TTL (upstream `cacheBasedManager`); a pod that newly references
-    /// an object makes the next read fetch it again.
-    Cache,
-    /// A watch per referenced object (upstream's default).
-    #[default]
-    Watch,
-}
-
-impl ChangeDetectionStrategy {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "Get" => Some(Self::Get),
-            "Cache" => Some(Self::Cache),
-            "Watch" => Some(Self::Watch),
-            _ => None,
-        }
-    }
-}
+pub use kubelet_config::ChangeDetectionStrategy;
 
 /// An object by kind, namespace and name.
 pub type Key = (ObjectKind, String, String);

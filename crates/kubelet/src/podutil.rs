@@ -3,43 +3,15 @@
 
 use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSecurityContext};
 
-use crate::source::static_pod::{default_pull_policy, CONFIG_SOURCE_ANNOTATION};
-
-/// `name_namespace`, the key upstream uses to keep two pods of one name from running at once.
-pub fn full_name(pod: &Pod) -> String {
-    format!("{}_{}", name(pod), namespace(pod))
-}
-
-pub fn name(pod: &Pod) -> &str {
-    pod.metadata.name.as_deref().unwrap_or("")
-}
-
-pub fn namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or("default")
-}
-
-pub fn uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or("")
-}
-
-/// `ns/name` for logs, as upstream's `klog.KObj`.
-pub fn describe(pod: &Pod) -> String {
-    format!("{}/{}", namespace(pod), name(pod))
-}
-
-pub fn is_static(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s != "api")
-}
+use crate::types::RestartPolicy;
+// Pod identity lives in `types::pod`; every manager calls it through here.
+pub use crate::types::pod::{describe, full_name, is_static, name, namespace, uid};
 
 pub fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
+        .unwrap_or(RestartPolicy::default().as_str())
 }
 
 pub fn containers(pod: &Pod) -> &[Container] {
@@ -158,13 +130,27 @@ pub fn grace_period_seconds(pod: &Pod) -> i64 {
         .unwrap_or(30)
 }
 
+/// Upstream's image pull policy default: Always for `:latest` or no tag (and no digest), else
+/// IfNotPresent.
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
 /// The defaults the API server would have applied (`SetDefaults_Pod`, `SetDefaults_Container`), so
 /// a static pod reads the same as an API pod and container hashes are stable.
 pub fn apply_api_defaults(pod: &mut Pod) {
     let Some(spec) = pod.spec.as_mut() else {
         return;
     };
-    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.restart_policy
+        .get_or_insert_with(|| RestartPolicy::default().as_str().into());
     spec.termination_grace_period_seconds.get_or_insert(30);
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
     spec.scheduler_name
@@ -188,5 +174,22 @@ pub fn apply_api_defaults(pod: &mut Pod) {
         for p in c.ports.iter_mut().flatten() {
             p.protocol.get_or_insert_with(|| "TCP".into());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_policy_rule() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(
+            default_pull_policy("localhost:5000/busybox:1.2"),
+            "IfNotPresent"
+        );
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
     }
 }

@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_config::sysctl::{parse_pattern, Namespace};
+// Kept at their old paths: admission, the sandbox and kubelet.rs name them through this module.
+pub use kubelet_config::sysctl::{normalize_name, AllowlistError};
 
-/// Upstream `ForbiddenReason`.
-pub const FORBIDDEN_REASON: &str = "SysctlForbidden";
+// Admission names the reason through this module.
+pub use crate::types::reasons::SYSCTL_FORBIDDEN as FORBIDDEN_REASON;
 
 /// Upstream's safe sysctls with the kernel version (major, minor) that namespaces them.
 const SAFE_SYSCTLS: &[(&str, Option<(u32, u32)>)] = &[
@@ -24,92 +27,6 @@ const SAFE_SYSCTLS: &[(&str, Option<(u32, u32)>)] = &[
     ("net.ipv4.tcp_rmem", None),
     ("net.ipv4.tcp_wmem", None),
 ];
-
-/// The kernel namespace a sysctl belongs to; host-namespace pods may not set it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Namespace {
-    Ipc,
-    Net,
-}
-
-impl Namespace {
-    fn as_str(self) -> &'static str {
-        match self {
-            Namespace::Ipc => "ipc",
-            Namespace::Net => "net",
-        }
-    }
-}
-
-/// Upstream `NamespacedBy`.
-fn namespaced_by(name: &str) -> Option<Namespace> {
-    if name == "kernel.sem" {
-        return Some(Namespace::Ipc);
-    }
-    [
-        ("kernel.shm", Namespace::Ipc),
-        ("kernel.msg", Namespace::Ipc),
-        ("fs.mqueue.", Namespace::Ipc),
-        ("net.", Namespace::Net),
-    ]
-    .iter()
-    .find(|(p, _)| name.starts_with(p))
-    .map(|(_, ns)| *ns)
-}
-
-/// Upstream `convertSysctlVariableToDotsSeparator`: `net/ipv4/x` is `net.ipv4.x`; a name whose
-/// first separator is `/` has its `.` and `/` swapped.
-pub fn normalize_name(name: &str) -> String {
-    match name.find(['.', '/']) {
-        Some(i) if name.as_bytes()[i] == b'/' => name
-            .chars()
-            .map(|c| match c {
-                '.' => '/',
-                '/' => '.',
-                c => c,
-            })
-            .collect(),
-        _ => name.to_string(),
-    }
-}
-
-/// Upstream `IsValidSysctlPattern`: at most 253 characters, `[a-z0-9]([-_a-z0-9]*[a-z0-9])?`
-/// segments separated by `.` or `/`, optionally ending in `*`.
-fn valid_pattern(s: &str) -> bool {
-    if s.len() > 253 || s.is_empty() {
-        return false;
-    }
-    let (body, star) = match s.strip_suffix('*') {
-        Some(b) => (b, true),
-        None => (s, false),
-    };
-    let segment_ok = |seg: &str| {
-        !seg.is_empty()
-            && seg
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-            && seg.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && seg.ends_with(|c: char| c.is_ascii_alphanumeric())
-    };
-    if body.is_empty() {
-        return star;
-    }
-    let mut segs: Vec<&str> = body.split(['.', '/']).collect();
-    // `net.*`: the last segment is empty before the star.
-    if star && segs.last() == Some(&"") {
-        segs.pop();
-    }
-    !segs.is_empty() && segs.into_iter().all(segment_ok)
-}
-
-/// Why an `allowedUnsafeSysctls` entry is refused at start-up.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AllowlistError {
-    #[error("sysctl {0:?} must have at most 253 characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?")]
-    Invalid(String),
-    #[error("the sysctls {0:?} are not known to be namespaced")]
-    NotNamespaced(String),
-}
 
 /// Upstream `patternAllowlist`: exact names and prefixes, each with its namespace.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -143,19 +60,13 @@ impl Allowlist {
     pub fn new(patterns: &[String]) -> Result<Allowlist, AllowlistError> {
         let mut w = Allowlist::default();
         for s in patterns {
-            if !valid_pattern(s) {
-                return Err(AllowlistError::Invalid(s.clone()));
-            }
-            let s = normalize_name(s);
-            if let Some(prefix) = s.strip_suffix('*') {
-                let ns = namespaced_by(prefix)
-                    .ok_or_else(|| AllowlistError::NotNamespaced(s.clone()))?;
-                w.prefixes.insert(prefix.to_string(), ns);
+            let p = parse_pattern(s)?;
+            let into = if p.prefix {
+                &mut w.prefixes
             } else {
-                let ns =
-                    namespaced_by(&s).ok_or_else(|| AllowlistError::NotNamespaced(s.clone()))?;
-                w.sysctls.insert(s, ns);
-            }
+                &mut w.sysctls
+            };
+            into.insert(p.name, p.namespace);
         }
         Ok(w)
     }

@@ -20,12 +20,10 @@ use tracing::{debug, info, warn};
 use super::symlink::{self, files_with_prefix};
 use super::{io_err, LogsError};
 
-/// Upstream `containerLogMonitorInterval` default.
-pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
-/// Upstream `containerLogMaxSize` default, `10Mi`.
-pub const DEFAULT_MAX_SIZE: u64 = 10 * 1024 * 1024;
-/// Upstream `containerLogMaxFiles` default.
-pub const DEFAULT_MAX_FILES: usize = 5;
+pub use kubelet_config::defaults::{
+    CONTAINER_LOG_MAX_FILES as DEFAULT_MAX_FILES, CONTAINER_LOG_MAX_SIZE as DEFAULT_MAX_SIZE,
+    CONTAINER_LOG_MONITOR_INTERVAL as DEFAULT_MONITOR_INTERVAL,
+};
 /// Upstream `timestampFormat` (Go layout `20060102-150405`).
 const TIMESTAMP_FORMAT: &str = "%Y%m%d-%H%M%S";
 /// Upstream's suffixes: a `.tmp` file is a compression that did not finish; `.gz` a compressed log.

@@ -24,8 +24,7 @@ pub use format::{LogOptions, PodLogOptions};
 pub use manager::{ContainerLogManager, LogHandle, RotationPolicy};
 pub use reader::{container_logs, read_logs};
 
-/// Upstream `ContainerLogsDir`: where the `<pod>_<ns>_<container>-<id>.log` symlinks live.
-pub const DEFAULT_CONTAINER_LOGS_DIR: &str = "/var/log/containers";
+pub use kubelet_config::defaults::CONTAINER_LOGS_DIR as DEFAULT_CONTAINER_LOGS_DIR;
 
 /// Errors of the log functions; each names the file or container it concerns.
 #[derive(Debug, thiserror::Error)]

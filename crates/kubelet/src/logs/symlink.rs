@@ -8,7 +8,7 @@ use rkubelet_cri::{api, CriClient};
 use tracing::{debug, warn};
 
 use super::{io_err, LogsError};
-use crate::runtime::labels;
+use crate::types::labels;
 
 /// Upstream `legacyLogSuffix`.
 const SUFFIX: &str = ".log";

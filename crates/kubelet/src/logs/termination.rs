@@ -17,7 +17,7 @@ use super::format::LogOptions;
 use super::reader::read_logs_with;
 use super::tail::read_at_most;
 use crate::podutil;
-use crate::runtime::labels;
+use crate::types::labels;
 
 /// Upstream `MaxContainerTerminationMessageLength`: what is read from the file (its end).
 pub const MAX_MESSAGE_LENGTH: u64 = 4 * 1024;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Endpoint;
 
-use super::handlers::{go_duration, join_host_port, user_agent, Outcome};
+use super::probe::{go_duration, join_host_port, user_agent, Outcome};
 
 /// `grpc.health.v1.HealthCheckRequest`.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -8,87 +8,26 @@
 //! error of ExecSync is an *error*, which the worker retries and then throws away.
 
 use std::future::Future;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rkubelet_cri::{api, CriClient, CriError};
-use tokio::net::TcpStream;
 
+use super::probe::valid_port;
+// The shared pieces live in `probe`; the worker, the SyncLoop's hooks and the tests name them here.
+pub(crate) use super::probe::dial;
+pub use super::probe::{
+    go_duration, join_host_port, resolve_container_port, user_agent, Outcome, ProbeError,
+    MAX_OUTPUT_LENGTH,
+};
 use super::results::ProbeKind;
 use crate::podutil;
-
-/// Upstream `maxReadLength` / `maxRespBodyLength`: exec output and HTTP bodies are cut at 10 KiB.
-pub const MAX_OUTPUT_LENGTH: usize = 10 * 1024;
 
 /// Extra time the kubelet gives ExecSync beyond the probe's `timeoutSeconds` (which the runtime
 /// enforces itself, killing the command). Upstream allows the whole runtime request timeout
 /// (2 min) on top; we bound a runtime that does not honour the timeout more tightly so that a
 /// hung exec cannot hold a worker far beyond its period.
 pub const EXEC_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
-
-/// The outcome of one attempt (upstream `probe.Result`). `Warning` is a success that deserves a
-/// `ProbeWarning` event (an HTTP redirect to another host that was not followed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    Warning,
-    Failure,
-    Unknown,
-}
-
-impl Outcome {
-    /// Upstream `probe.Result` strings, used in the "errored and resulted in ... state" message.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::Warning => "warning",
-            Outcome::Failure => "failure",
-            Outcome::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A probe attempt that could not produce a result (upstream: `runProbe` returning an `error`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProbeError {
-    /// Upstream `findPortByName`.
-    #[error("port {0:?} not found")]
-    PortNotFound(String),
-    /// Upstream `ResolveContainerPort`.
-    #[error("invalid port number: {0}")]
-    InvalidPort(i64),
-    /// The probe targets the pod IP and the SyncLoop has not told us one. (Upstream would dial an
-    /// empty host, i.e. the node itself; we refuse instead.)
-    #[error("pod has no IP address yet")]
-    NoPodIp,
-    /// None of exec, httpGet, tcpSocket, grpc is set.
-    #[error("missing probe handler for {pod}:{container}")]
-    MissingHandler { pod: String, container: String },
-    /// ExecSync failed for another reason than the command's exit or its timeout.
-    #[error("{0}")]
-    Exec(String),
-    /// Reading the HTTP response body failed (upstream returns Failure with this error).
-    #[error("{0}")]
-    Body(String),
-}
-
-impl ProbeError {
-    /// The `probe.Result` upstream returns alongside this error.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            ProbeError::Body(_) => Outcome::Failure,
-            _ => Outcome::Unknown,
-        }
-    }
-}
 
 /// What one attempt needs to know. Borrowed from the worker; cheap to build per attempt.
 #[derive(Debug, Clone, Copy)]
@@ -158,45 +97,9 @@ impl Prober for Handlers {
             return Ok(super::grpc::grpc_probe(host, port, service, req.timeout).await);
         }
         Err(ProbeError::MissingHandler {
-            pod: format!(
-                "{}_{}({})",
-                podutil::name(req.pod),
-                podutil::namespace(req.pod),
-                podutil::uid(req.pod)
-            ),
+            pod: format!("{}({})", podutil::full_name(req.pod), podutil::uid(req.pod)),
             container: req.container.name.clone(),
         })
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Ports (upstream `pkg/probe/util.go`).
-// ---------------------------------------------------------------------------------------------
-
-/// Upstream `ResolveContainerPort`: a number, or the `containerPort` of the container port with
-/// that name; either must be in 1..=65535.
-pub fn resolve_container_port(
-    port: &IntOrString,
-    container: &Container,
-) -> Result<u16, ProbeError> {
-    let number = match port {
-        IntOrString::Int(n) => i64::from(*n),
-        IntOrString::String(name) => container
-            .ports
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .find(|p| p.name.as_deref() == Some(name.as_str()))
-            .map(|p| i64::from(p.container_port))
-            .ok_or_else(|| ProbeError::PortNotFound(name.clone()))?,
-    };
-    valid_port(number)
-}
-
-fn valid_port(n: i64) -> Result<u16, ProbeError> {
-    match u16::try_from(n) {
-        Ok(p) if p > 0 => Ok(p),
-        _ => Err(ProbeError::InvalidPort(n)),
     }
 }
 
@@ -314,90 +217,6 @@ pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> (Outcome, St
         Ok(Err(e)) => (Outcome::Failure, e),
         Ok(Ok(_stream)) => (Outcome::Success, String::new()),
     }
-}
-
-/// Opens a TCP connection to `host:port` (an IP or a name, tried address by address), with Go's
-/// error texts. No deadline: callers bound it. (Upstream's probe dialer also sets `SO_LINGER`
-/// to 1 s; tokio deprecates that because closing would block the runtime thread.)
-pub(crate) async fn dial(host: &str, port: u16) -> Result<TcpStream, String> {
-    let addrs: Vec<std::net::SocketAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![(ip, port).into()],
-        Err(_) => match tokio::net::lookup_host((host, port)).await {
-            Ok(a) => a.collect(),
-            Err(e) => return Err(format!("dial tcp: lookup {host}: {}", go_io_error(&e))),
-        },
-    };
-    let mut first_err = None;
-    for addr in &addrs {
-        match TcpStream::connect(addr).await {
-            Ok(s) => return Ok(s),
-            Err(e) => {
-                first_err.get_or_insert(format!("dial tcp {addr}: connect: {}", go_io_error(&e)));
-            }
-        }
-    }
-    Err(first_err.unwrap_or_else(|| format!("dial tcp: lookup {host}: no such host")))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Formatting helpers shared by the handlers.
-// ---------------------------------------------------------------------------------------------
-
-/// Go's `net.JoinHostPort`: IPv6 literals in brackets.
-pub fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-/// An OS error as Go's `syscall.Errno` prints it ("connection refused"), other errors as is.
-pub(crate) fn go_io_error(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(code) => {
-            let desc = nix::errno::Errno::from_raw(code).desc();
-            let mut chars = desc.chars();
-            match chars.next() {
-                Some(c) => c.to_lowercase().chain(chars).collect(),
-                None => e.to_string(),
-            }
-        }
-        None => e.to_string(),
-    }
-}
-
-/// Go's `time.Duration.String()` for the durations probes use ("1s", "1m30s", "1h0m0s", "500ms").
-pub fn go_duration(d: Duration) -> String {
-    if d.subsec_nanos() != 0 || d.is_zero() {
-        if d < Duration::from_secs(1) {
-            return if d.is_zero() {
-                "0s".into()
-            } else {
-                format!("{}ms", d.as_millis())
-            };
-        }
-        return format!("{}s", d.as_secs_f64());
-    }
-    let s = d.as_secs();
-    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
-    if h > 0 {
-        format!("{h}h{m}m{s}s")
-    } else if m > 0 {
-        format!("{m}m{s}s")
-    } else {
-        format!("{s}s")
-    }
-}
-
-/// `kube-probe/<major>.<minor>` (upstream `userAgent("probe")`), from the version this kubelet
-/// reports.
-pub fn user_agent() -> String {
-    let v = crate::node::status::KUBELET_VERSION.trim_start_matches('v');
-    let mut parts = v.split('.');
-    let major = parts.next().unwrap_or("0");
-    let minor = parts.next().unwrap_or("0");
-    format!("kube-probe/{major}.{minor}")
 }
 
 #[cfg(test)]

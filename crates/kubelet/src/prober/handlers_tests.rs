@@ -1,7 +1,10 @@
 use super::*;
 
 use k8s_openapi::api::core::v1::{ContainerPort, ExecAction, GRPCAction, TCPSocketAction};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpListener;
+
+use crate::prober::probe::go_io_error;
 
 fn container_with_ports(ports: &[(&str, i32)]) -> Container {
     Container {
@@ -163,7 +166,7 @@ fn go_formatting() {
     let refused = std::io::Error::from_raw_os_error(nix::libc::ECONNREFUSED);
     assert_eq!(go_io_error(&refused), "connection refused");
     let ua = user_agent();
-    let v = crate::node::status::KUBELET_VERSION.trim_start_matches('v');
+    let v = crate::types::KUBELET_VERSION.trim_start_matches('v');
     let major_minor: Vec<&str> = v.split('.').take(2).collect();
     assert_eq!(ua, format!("kube-probe/{}", major_minor.join(".")));
 }

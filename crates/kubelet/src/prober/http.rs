@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Container, HTTPGetAction};
 use tokio::time::Instant;
 use tokio_rustls::rustls;
 
-use super::handlers::{
+use super::probe::{
     dial, resolve_container_port, user_agent, Outcome, ProbeError, MAX_OUTPUT_LENGTH,
 };
 use super::url::origin_path;

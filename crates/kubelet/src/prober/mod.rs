@@ -27,6 +27,7 @@
 pub mod grpc;
 pub mod handlers;
 pub mod http;
+pub mod probe;
 pub mod results;
 pub mod url;
 pub mod worker;

@@ -1,7 +1,7 @@
 //! Request URLs of the httpGet probe and Go's reference resolution for redirects (upstream
 //! relies on `net/url`: `URL.Parse(location)` relative to the current request, `EscapedPath`).
 
-use super::handlers::join_host_port;
+use super::probe::join_host_port;
 
 /// A request URL: scheme, host (IPv6 without brackets), explicit port if any, and the
 /// origin-form path with query (always starting with `/`, already percent-escaped).

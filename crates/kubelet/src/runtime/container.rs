@@ -14,11 +14,7 @@ use super::labels;
 use super::security::{self, ImageUser};
 use crate::podutil::ContainerKind;
 use crate::resources;
-
-/// Why a config could not be built; surfaces as `CreateContainerConfigError`.
-#[derive(Debug, thiserror::Error, PartialEq)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+use crate::types::ConfigError;
 
 /// What the kubelet prepared for one container start (upstream `RunContainerOptions` plus the
 /// image user `getImageUser` reads).

@@ -11,10 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Container, ObjectFieldSelector, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::container::ConfigError;
 use crate::expansion::{self, Lookup};
 use crate::objects::{ObjectKind, Objects};
+use crate::podutil;
 use crate::resources::parse_milli;
+use crate::types::ConfigError;
 
 /// What the node contributes to a container's environment.
 #[derive(Debug, Clone, Copy)]
@@ -52,12 +53,12 @@ pub struct Env {
     pub invalid_names: Vec<String>,
 }
 
-/// Upstream's event reason for envFrom keys that are not valid variable names.
-pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
+// The sync names the event reason through this module.
+pub use crate::types::event_reasons::INVALID_ENVIRONMENT_VARIABLE_NAMES;
 
 /// [`make_environment_variables`] with the skipped envFrom keys reported.
 pub fn make_env(pod: &Pod, c: &Container, cx: &EnvContext<'_>) -> Result<Env, ConfigError> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let ns = podutil::namespace(pod);
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
     let mut invalid_names = Vec::new();

@@ -8,19 +8,9 @@ use sha2::{Digest, Sha256};
 
 use crate::podutil::{self, ContainerKind};
 
-pub const POD_NAME: &str = "io.kubernetes.pod.name";
-pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-pub const POD_UID: &str = "io.kubernetes.pod.uid";
-pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
-pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
-pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
-pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
-pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
-pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
-pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
-/// Upstream marks which kind of container this is; we keep it to tell init containers apart after
-/// a restart.
-pub const CONTAINER_TYPE: &str = "io.kubernetes.container.type";
+// The keys live in `types::labels` so that logs, stats and the server need not depend on the
+// runtime; `runtime::labels::*` keeps naming them.
+pub use crate::types::labels::*;
 
 /// Sandbox labels: the pod's labels plus the identity labels.
 pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {

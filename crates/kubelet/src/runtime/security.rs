@@ -10,8 +10,9 @@ use k8s_openapi::api::core::v1::{
 };
 use rkubelet_cri::api;
 
-use super::container::ConfigError;
 use crate::podutil;
+use crate::types::annotations::APPARMOR_ANNOTATION_PREFIX;
+use crate::types::ConfigError;
 
 /// The user an image runs as (upstream `getImageUser`): a numeric uid, else a user name; an
 /// image that sets neither runs as root, so that is uid 0.
@@ -230,10 +231,6 @@ pub fn seccomp_profile(
         },
     )
 }
-
-/// The pod annotation AppArmor profiles were set with before the field existed (still honoured
-/// for static pods, which never had it converted).
-const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 /// Upstream `apparmor.GetProfile` + `getAppArmorProfile`: container field, then the pod's beta
 /// annotation, then the pod field. Returns the CRI profile and the deprecated string form.

@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::podutil;
+use crate::types::RestartPolicy;
 
 /// Why a manifest was not accepted; the file source logs it with the file name.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -24,10 +25,9 @@ pub enum ManifestError {
     Invalid(Vec<String>),
 }
 
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+use crate::types::annotations::CONFIG_HASH_ANNOTATION;
+// The config annotations live in `types`; the API source names these through this module.
+pub use crate::types::annotations::{CONFIG_SOURCE_ANNOTATION, MIRROR_ANNOTATION};
 
 /// Decodes one manifest file (a Pod, or a PodList / List of pods) and applies static pod defaults.
 pub fn parse_manifest(text: &str, file: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
@@ -154,7 +154,7 @@ fn validate(pod: &Pod) -> Result<(), ManifestError> {
         }
     }
     if let Some(p) = spec.restart_policy.as_deref() {
-        if !["Always", "OnFailure", "Never"].contains(&p) {
+        if RestartPolicy::parse(p).is_none() {
             errs.push(format!("spec.restartPolicy: unsupported value {p:?}"));
         }
     }
@@ -167,19 +167,6 @@ fn validate(pod: &Pod) -> Result<(), ManifestError> {
         Ok(())
     } else {
         Err(ManifestError::Invalid(errs))
-    }
-}
-
-/// Upstream's image pull policy default: Always for `:latest` or no tag (and no digest), else
-/// IfNotPresent.
-pub fn default_pull_policy(image: &str) -> &'static str {
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.split_once(':') {
-        Some((_, "latest")) | None => "Always",
-        Some(_) => "IfNotPresent",
     }
 }
 
@@ -286,18 +273,6 @@ spec:
             Some("Always")
         );
         assert_eq!(pods[1].metadata.namespace.as_deref(), Some("kube-system"));
-    }
-
-    #[test]
-    fn pull_policy_rule() {
-        assert_eq!(default_pull_policy("busybox"), "Always");
-        assert_eq!(default_pull_policy("busybox:latest"), "Always");
-        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
-        assert_eq!(
-            default_pull_policy("localhost:5000/busybox:1.2"),
-            "IfNotPresent"
-        );
-        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
     }
 
     #[test]

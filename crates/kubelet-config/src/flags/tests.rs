@@ -327,13 +327,13 @@ fn docs_in_sync() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "docs/flags.md is stale: run UPDATE_DOCS=1 cargo test -p rkubelet-core --lib flags::tests::docs_in_sync"
+        "docs/flags.md is stale: run UPDATE_DOCS=1 cargo test -p rkubelet-config --lib flags::tests::docs_in_sync"
     );
 }
 
 #[test]
 fn node_labels_in_kubernetes_io_are_restricted_as_upstream() {
-    let labels = |s: &str| crate::node::status::parse_labels(s).unwrap();
+    let labels = |s: &str| crate::node::parse_labels(s).unwrap();
     assert!(validate_node_labels(&labels(
         "a=b,kubernetes.io/arch=amd64,node.kubernetes.io/pool=x,x.kubelet.kubernetes.io/y=z,topology.kubernetes.io/zone=z1"
     ))

@@ -7,7 +7,13 @@
 //! warnings naming the field path; wrong types are errors), and every invalid value is reported at
 //! once with its field path. The merged tree is kept for `/configz`.
 
+mod duration;
 pub mod schema;
+mod validate;
+
+pub use duration::{format_duration, parse_duration};
+pub use validate::validate;
+use validate::validate_tree;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -71,8 +77,7 @@ pub struct KubeletConfig {
     /// `serializeImagePulls`: one pull at a time, upstream's default.
     pub serialize_image_pulls: bool,
     /// `configMapAndSecretChangeDetectionStrategy`: how ConfigMaps and Secrets are read.
-    pub config_map_and_secret_change_detection_strategy:
-        crate::object_cache::ChangeDetectionStrategy,
+    pub config_map_and_secret_change_detection_strategy: crate::ChangeDetectionStrategy,
     /// `resolvConf`: the host resolver file pods with dnsPolicy Default get.
     pub resolv_conf: PathBuf,
     /// `clusterDomain`.
@@ -244,10 +249,10 @@ impl Default for KubeletConfig {
             event_record_qps: 50,
             event_burst: 100,
             allowed_unsafe_sysctls: Vec::new(),
-            container_log_max_size: crate::logs::manager::DEFAULT_MAX_SIZE,
-            container_log_max_files: crate::logs::manager::DEFAULT_MAX_FILES as u32,
-            container_log_monitor_interval: crate::logs::manager::DEFAULT_MONITOR_INTERVAL,
-            container_logs_dir: PathBuf::from(crate::logs::DEFAULT_CONTAINER_LOGS_DIR),
+            container_log_max_size: crate::defaults::CONTAINER_LOG_MAX_SIZE,
+            container_log_max_files: crate::defaults::CONTAINER_LOG_MAX_FILES as u32,
+            container_log_monitor_interval: crate::defaults::CONTAINER_LOG_MONITOR_INTERVAL,
+            container_logs_dir: PathBuf::from(crate::defaults::CONTAINER_LOGS_DIR),
             port: 10250,
             tls_cert_file: None,
             tls_private_key_file: None,
@@ -512,7 +517,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     }
     if let Some(s) = r.string("configMapAndSecretChangeDetectionStrategy") {
         // Other values were already reported by the enum check of the schema.
-        if let Some(v) = crate::object_cache::ChangeDetectionStrategy::parse(&s) {
+        if let Some(v) = crate::ChangeDetectionStrategy::parse(&s) {
             cfg.config_map_and_secret_change_detection_strategy = v;
         }
     }
@@ -638,161 +643,11 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     cfg
 }
 
-/// Checks values that have no valid meaning (upstream `validation.ValidateKubeletConfiguration`).
-pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
-    if cfg.tls_cert_file.is_some() != cfg.tls_private_key_file.is_some() {
-        errors.push("tlsCertFile and tlsPrivateKeyFile: set both or neither".into());
-    }
-    if cfg.sync_frequency.is_zero() {
-        errors.push("syncFrequency: must be greater than 0".into());
-    }
-    if cfg.file_check_frequency.is_zero() {
-        errors.push("fileCheckFrequency: must be greater than 0".into());
-    }
-    if cfg.runtime_request_timeout.is_zero() {
-        errors.push("runtimeRequestTimeout: must be greater than 0".into());
-    }
-    if cfg.max_pods == 0 {
-        errors.push("maxPods: must be greater than 0".into());
-    }
-    if !cfg.pod_logs_dir.is_absolute() {
-        errors.push(format!(
-            "podLogsDir: must be an absolute path, got {:?}",
-            cfg.pod_logs_dir
-        ));
-    }
-    if let Err(e) = crate::sysctl::Allowlist::new(&cfg.allowed_unsafe_sysctls) {
-        errors.push(format!("allowedUnsafeSysctls: {e}"));
-    }
-    if let Err(e) = rkubelet_cri::parse_endpoint(&cfg.container_runtime_endpoint) {
-        errors.push(format!("containerRuntimeEndpoint: {e}"));
-    }
-    if cfg.container_log_max_files < 2 {
-        errors.push(format!(
-            "containerLogMaxFiles: must be greater than 1, got {}",
-            cfg.container_log_max_files
-        ));
-    }
-    if cfg.container_log_monitor_interval < Duration::from_secs(3) {
-        errors.push(format!(
-            "containerLogMonitorInterval: must be at least 3s, got {}",
-            format_duration(cfg.container_log_monitor_interval)
-        ));
-    }
-    if !cfg.container_logs_dir.is_absolute() {
-        errors.push(format!(
-            "container logs dir: must be an absolute path, got {:?}",
-            cfg.container_logs_dir
-        ));
-    }
-}
-
-/// Upstream `validation.ValidateKubeletConfiguration` checks on fields rkubelet keeps only in
-/// the tree, with upstream's wording (field, flag, value) so operators recognise them.
-fn validate_tree(t: &Value, errors: &mut Vec<String>) {
-    let int = |p: &str| schema::get_path(t, p).and_then(Value::as_i64);
-    let mut nonneg = |field: &str, flag: &str| {
-        if let Some(v) = int(field).filter(|v| *v < 0) {
-            errors.push(format!(
-                "{field} (--{flag}): {v} must not be a negative number"
-            ));
-        }
-    };
-    nonneg("registryPullQPS", "registry-qps");
-    nonneg("registryBurst", "registry-burst");
-    nonneg("kubeAPIQPS", "kube-api-qps");
-    nonneg("kubeAPIBurst", "kube-api-burst");
-    nonneg("maxOpenFiles", "max-open-files");
-    nonneg("podsPerCore", "pods-per-core");
-    let high = int("imageGCHighThresholdPercent");
-    let low = int("imageGCLowThresholdPercent");
-    for (field, flag, v) in [
-        (
-            "imageGCHighThresholdPercent",
-            "image-gc-high-threshold",
-            high,
-        ),
-        ("imageGCLowThresholdPercent", "image-gc-low-threshold", low),
-    ] {
-        if let Some(v) = v.filter(|v| !(0..=100).contains(v)) {
-            errors.push(format!(
-                "{field} (--{flag}): {v} must be between 0 and 100, inclusive"
-            ));
-        }
-    }
-    if let (Some(h), Some(l)) = (high, low) {
-        if l >= h {
-            errors.push(format!(
-                "imageGCLowThresholdPercent (--image-gc-low-threshold): {l} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {h}"
-            ));
-        }
-    }
-    if let Some(v) = int("oomScoreAdj").filter(|v| !(-1000..=1000).contains(v)) {
-        errors.push(format!(
-            "oomScoreAdj (--oom-score-adj): {v} must be between -1000 and 1000, inclusive"
-        ));
-    }
-    if let Some(v) = int("nodeLeaseDurationSeconds").filter(|v| *v <= 0) {
-        errors.push(format!(
-            "nodeLeaseDurationSeconds: {v} must be greater than 0"
-        ));
-    }
-    let s = |p: &str| schema::get_path(t, p).and_then(Value::as_str);
-    for (field, flag, allowed) in [
-        (
-            "hairpinMode",
-            "hairpin-mode",
-            &["promiscuous-bridge", "hairpin-veth", "none"][..],
-        ),
-        (
-            "cgroupDriver",
-            "cgroup-driver",
-            &["cgroupfs", "systemd"][..],
-        ),
-        (
-            "topologyManagerPolicy",
-            "topology-manager-policy",
-            &["none", "best-effort", "restricted", "single-numa-node"][..],
-        ),
-        (
-            "topologyManagerScope",
-            "topology-manager-scope",
-            &["container", "pod"][..],
-        ),
-        (
-            "configMapAndSecretChangeDetectionStrategy",
-            "",
-            &["Get", "Cache", "Watch"][..],
-        ),
-        ("logging.format", "logging-format", &["text", "json"][..]),
-    ] {
-        if let Some(v) = s(field).filter(|v| !allowed.contains(v)) {
-            let flag = if flag.is_empty() {
-                String::new()
-            } else {
-                format!(" (--{flag})")
-            };
-            errors.push(format!(
-                "{field}{flag}: {v:?} must be one of {}",
-                allowed.join(", ")
-            ));
-        }
-    }
-    if let Some(v) = schema::get_path(t, "memoryThrottlingFactor")
-        .and_then(Value::as_f64)
-        .filter(|v| *v <= 0.0 || *v > 1.0)
-    {
-        errors.push(format!(
-            "memoryThrottlingFactor: {v} must be greater than 0 and less than or equal to 1.0"
-        ));
-    }
-}
-
 /// A resource quantity as a byte count (`10Mi`, `500k`, `1G`), rounded up like upstream's
 /// `Quantity.Value()`; for `containerLogMaxSize`.
 pub fn parse_quantity_bytes(s: &str) -> Result<u64, String> {
     let milli =
-        crate::resources::parse_milli(s).ok_or_else(|| format!("{s:?} is not a valid quantity"))?;
+        crate::quantity::parse_milli(s).ok_or_else(|| format!("{s:?} is not a valid quantity"))?;
     if milli < 0 {
         return Err(format!("{s:?} must not be negative"));
     }
@@ -922,301 +777,5 @@ impl Reader {
     }
 }
 
-/// Parses a Go `time.Duration` string ("1m0s", "20s", "1.5h", "300ms"), the format upstream config
-/// files and flags use.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let orig = s;
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    if s.starts_with('-') {
-        return Err(format!("duration {orig:?} must not be negative"));
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("duration {orig:?} is missing a unit"))?;
-        if num_end == 0 {
-            return Err(format!("invalid duration {orig:?}"));
-        }
-        let n: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("invalid duration {orig:?}"))?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("unknown unit {u:?} in duration {orig:?}")),
-        };
-        total += n * scale;
-        rest = &rest[unit_end..];
-    }
-    Ok(Duration::from_secs_f64(total))
-}
-
-/// Formats a duration as Go does (`1m0s`, `10s`, `1.5s`), for messages operators recognise.
-pub fn format_duration(d: Duration) -> String {
-    let total = d.as_secs();
-    let frac = d.subsec_millis();
-    let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
-    let secs = if frac > 0 {
-        format!("{s}.{:03}", frac).trim_end_matches('0').to_string()
-    } else {
-        s.to_string()
-    };
-    if h > 0 {
-        format!("{h}h{m}m{secs}s")
-    } else if m > 0 {
-        format!("{m}m{secs}s")
-    } else {
-        format!("{secs}s")
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_duration("1m0s").unwrap(), Duration::from_secs(60));
-        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("300ms").unwrap(), Duration::from_millis(300));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("10x").is_err());
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("").is_err());
-        assert_eq!(format_duration(Duration::from_secs(60)), "1m0s");
-        assert_eq!(format_duration(Duration::from_secs(10)), "10s");
-        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
-    }
-
-    #[test]
-    fn change_detection_strategy() {
-        use crate::object_cache::ChangeDetectionStrategy as S;
-        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
-        let get = |extra: &str| parse(&format!("{head}{extra}"));
-        assert_eq!(
-            get("")
-                .unwrap()
-                .config
-                .config_map_and_secret_change_detection_strategy,
-            S::Watch
-        );
-        for (v, want) in [("Get", S::Get), ("Cache", S::Cache), ("Watch", S::Watch)] {
-            let c = get(&format!("configMapAndSecretChangeDetectionStrategy: {v}\n")).unwrap();
-            assert_eq!(
-                c.config.config_map_and_secret_change_detection_strategy,
-                want
-            );
-        }
-        let e = get("configMapAndSecretChangeDetectionStrategy: Poll\n")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            e.contains("configMapAndSecretChangeDetectionStrategy"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn server_authentication_and_authorization_fields() {
-        let d = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
-            .unwrap()
-            .config;
-        // v1beta1 file defaults: closed.
-        assert_eq!(d.port, 10250);
-        assert!(!d.authentication.anonymous_enabled);
-        assert!(d.authentication.webhook_enabled);
-        assert_eq!(d.authentication.webhook_cache_ttl, Duration::from_secs(120));
-        assert_eq!(d.authorization.mode, AuthorizationMode::Webhook);
-        assert_eq!(
-            d.authorization.cache_authorized_ttl,
-            Duration::from_secs(300)
-        );
-        assert_eq!(
-            d.authorization.cache_unauthorized_ttl,
-            Duration::from_secs(30)
-        );
-        assert!(d.enable_debugging_handlers);
-        assert_eq!(
-            d.streaming_connection_idle_timeout,
-            Duration::from_secs(4 * 3600)
-        );
-        let l = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             port: 10251\ntlsCertFile: /p/c.crt\ntlsPrivateKeyFile: /p/c.key\n\
-             enableDebuggingHandlers: false\nstreamingConnectionIdleTimeout: 5m\n\
-             authentication:\n  x509: {clientCAFile: /p/ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  \
-             anonymous: {enabled: true}\n  bogus: 1\n\
-             authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
-        )
-        .unwrap();
-        let c = l.config;
-        assert_eq!(c.port, 10251);
-        assert_eq!(c.tls_cert_file, Some("/p/c.crt".into()));
-        assert_eq!(c.tls_private_key_file, Some("/p/c.key".into()));
-        assert!(!c.enable_debugging_handlers);
-        assert_eq!(
-            c.streaming_connection_idle_timeout,
-            Duration::from_secs(300)
-        );
-        assert_eq!(c.authentication.client_ca_file, Some("/p/ca.crt".into()));
-        assert!(!c.authentication.webhook_enabled);
-        assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
-        assert!(c.authentication.anonymous_enabled);
-        assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
-        assert_eq!(
-            c.authorization.cache_authorized_ttl,
-            Duration::from_secs(60)
-        );
-        assert_eq!(
-            c.authorization.cache_unauthorized_ttl,
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            l.warnings,
-            vec!["unknown config field \"authentication.bogus\"; ignored (upstream's lenient v1beta1 decoding drops it too)"]
-        );
-        let e = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             tlsCertFile: /p/c.crt\nauthorization: {mode: Node}\n\
-             authentication: {webhook: {cacheTTL: x}}\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("authorization.mode: unsupported authorization mode"),
-            "{e}"
-        );
-        assert!(e.contains("authentication.webhook.cacheTTL"), "{e}");
-        assert!(e.contains("tlsCertFile and tlsPrivateKeyFile"), "{e}");
-        let l = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             featureGates: {KubeletFineGrainedAuthz: false, SomethingElse: true}\n",
-        )
-        .unwrap();
-        assert!(!l.config.fine_grained_authz);
-        assert_eq!(
-            l.warnings,
-            vec!["feature gate \"SomethingElse\" is not supported by rkubelet; ignored"]
-        );
-    }
-
-    #[test]
-    fn file_with_supported_unsupported_and_unknown_fields() {
-        let l = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             staticPodPath: /etc/kubernetes/manifests\nsyncFrequency: 30s\nreadOnlyPort: 10255\n\
-             cgroupDriver: systemd\nbogusField: 1\n",
-        )
-        .unwrap();
-        assert_eq!(
-            l.config.static_pod_path,
-            Some("/etc/kubernetes/manifests".into())
-        );
-        assert_eq!(l.config.sync_frequency, Duration::from_secs(30));
-        assert_eq!(l.config.read_only_port, 10255);
-        assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
-        assert!(l
-            .warnings
-            .iter()
-            .any(|w| w.contains("cgroupDriver") && w.contains("not supported")));
-        assert!(l
-            .warnings
-            .iter()
-            .any(|w| w.contains("bogusField") && w.contains("unknown")));
-    }
-
-    #[test]
-    fn all_errors_listed_at_once() {
-        let err = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             syncFrequency: soon\nreadOnlyPort: 70000\nhealthzBindAddress: nope\nmaxPods: 0\n\
-             podLogsDir: relative\n",
-        )
-        .unwrap_err();
-        let ConfigError::Invalid { errors, .. } = err else {
-            panic!("expected Invalid, got {err}");
-        };
-        assert_eq!(errors.len(), 5, "{errors:?}");
-        for key in [
-            "syncFrequency",
-            "readOnlyPort",
-            "healthzBindAddress",
-            "maxPods",
-            "podLogsDir",
-        ] {
-            assert!(
-                errors.iter().any(|e| e.starts_with(key)),
-                "{key} missing in {errors:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn container_log_settings() {
-        assert_eq!(parse_quantity_bytes("10Mi"), Ok(10 * 1024 * 1024));
-        assert_eq!(parse_quantity_bytes("1k"), Ok(1000));
-        assert_eq!(parse_quantity_bytes("1.5Ki"), Ok(1536));
-        assert_eq!(parse_quantity_bytes("100"), Ok(100));
-        assert!(parse_quantity_bytes("10MB").is_err());
-        assert!(parse_quantity_bytes("-1Mi").is_err());
-        let l = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 5s\n",
-        )
-        .unwrap();
-        assert_eq!(l.config.container_log_max_size, 5 * 1024 * 1024);
-        assert_eq!(l.config.container_log_max_files, 3);
-        assert_eq!(
-            l.config.container_log_monitor_interval,
-            Duration::from_secs(5)
-        );
-        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
-        let d = KubeletConfig::default();
-        assert_eq!(
-            (d.container_log_max_size, d.container_log_max_files),
-            (10 * 1024 * 1024, 5)
-        );
-        let ConfigError::Invalid { errors, .. } = parse(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             containerLogMaxSize: lots\ncontainerLogMaxFiles: 1\ncontainerLogMonitorInterval: 1s\n",
-        )
-        .unwrap_err() else {
-            panic!("expected Invalid");
-        };
-        assert_eq!(errors.len(), 3, "{errors:?}");
-    }
-
-    #[test]
-    fn wrong_kind_rejected() {
-        assert!(matches!(
-            parse("apiVersion: v1\nkind: Pod\n"),
-            Err(ConfigError::Invalid { .. })
-        ));
-        assert!(matches!(
-            parse("- a\n- b\n"),
-            Err(ConfigError::Parse { .. })
-        ));
-    }
-}
+mod tests;

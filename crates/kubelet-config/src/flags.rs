@@ -750,7 +750,7 @@ fn convert(spec: &Spec, value: &str) -> Result<Option<Value>, FlagError> {
             Value::Object(m)
         }
         Taints => {
-            let taints = crate::node::status::parse_taints(value).map_err(err)?;
+            let taints = crate::node::parse_taints(value).map_err(err)?;
             serde_json::to_value(taints).map_err(|e| err(e.to_string()))?
         }
         ReservedMemory => {
@@ -826,8 +826,8 @@ pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Result<(), Str
 pub fn markdown() -> String {
     let mut s = String::from(
         "# rkubelet command line and KubeletConfiguration fields\n\n\
-         Generated from `crates/kubelet/src/flags.rs` and `crates/kubelet/src/config/schema.rs`\n\
-         (`cargo test -p rkubelet-core --lib flags::tests::docs_in_sync` fails when this file is\n\
+         Generated from `crates/kubelet-config/src/flags.rs` and `crates/kubelet-config/src/config/schema.rs`\n\
+         (`cargo test -p rkubelet-config --lib flags::tests::docs_in_sync` fails when this file is\n\
          stale; `UPDATE_DOCS=1` rewrites it).\n\n\
          Status: **implemented** takes effect as upstream; **not yet** and **accepted-ignored** are\n\
          accepted with one warning naming the flag or field (ignored: means nothing without\n\

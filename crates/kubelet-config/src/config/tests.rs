@@ -1,0 +1,230 @@
+use super::*;
+
+#[test]
+fn go_durations() {
+    assert_eq!(parse_duration("1m0s").unwrap(), Duration::from_secs(60));
+    assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
+    assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+    assert_eq!(parse_duration("300ms").unwrap(), Duration::from_millis(300));
+    assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+    assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    assert!(parse_duration("10").is_err());
+    assert!(parse_duration("10x").is_err());
+    assert!(parse_duration("-1s").is_err());
+    assert!(parse_duration("").is_err());
+    assert_eq!(format_duration(Duration::from_secs(60)), "1m0s");
+    assert_eq!(format_duration(Duration::from_secs(10)), "10s");
+    assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+    assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
+}
+
+#[test]
+fn change_detection_strategy() {
+    use crate::ChangeDetectionStrategy as S;
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let get = |extra: &str| parse(&format!("{head}{extra}"));
+    assert_eq!(
+        get("")
+            .unwrap()
+            .config
+            .config_map_and_secret_change_detection_strategy,
+        S::Watch
+    );
+    for (v, want) in [("Get", S::Get), ("Cache", S::Cache), ("Watch", S::Watch)] {
+        let c = get(&format!("configMapAndSecretChangeDetectionStrategy: {v}\n")).unwrap();
+        assert_eq!(
+            c.config.config_map_and_secret_change_detection_strategy,
+            want
+        );
+    }
+    let e = get("configMapAndSecretChangeDetectionStrategy: Poll\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("configMapAndSecretChangeDetectionStrategy"),
+        "{e}"
+    );
+}
+
+#[test]
+fn server_authentication_and_authorization_fields() {
+    let d = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+        .unwrap()
+        .config;
+    // v1beta1 file defaults: closed.
+    assert_eq!(d.port, 10250);
+    assert!(!d.authentication.anonymous_enabled);
+    assert!(d.authentication.webhook_enabled);
+    assert_eq!(d.authentication.webhook_cache_ttl, Duration::from_secs(120));
+    assert_eq!(d.authorization.mode, AuthorizationMode::Webhook);
+    assert_eq!(
+        d.authorization.cache_authorized_ttl,
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        d.authorization.cache_unauthorized_ttl,
+        Duration::from_secs(30)
+    );
+    assert!(d.enable_debugging_handlers);
+    assert_eq!(
+        d.streaming_connection_idle_timeout,
+        Duration::from_secs(4 * 3600)
+    );
+    let l = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         port: 10251\ntlsCertFile: /p/c.crt\ntlsPrivateKeyFile: /p/c.key\n\
+         enableDebuggingHandlers: false\nstreamingConnectionIdleTimeout: 5m\n\
+         authentication:\n  x509: {clientCAFile: /p/ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  \
+         anonymous: {enabled: true}\n  bogus: 1\n\
+         authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
+    )
+    .unwrap();
+    let c = l.config;
+    assert_eq!(c.port, 10251);
+    assert_eq!(c.tls_cert_file, Some("/p/c.crt".into()));
+    assert_eq!(c.tls_private_key_file, Some("/p/c.key".into()));
+    assert!(!c.enable_debugging_handlers);
+    assert_eq!(
+        c.streaming_connection_idle_timeout,
+        Duration::from_secs(300)
+    );
+    assert_eq!(c.authentication.client_ca_file, Some("/p/ca.crt".into()));
+    assert!(!c.authentication.webhook_enabled);
+    assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
+    assert!(c.authentication.anonymous_enabled);
+    assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
+    assert_eq!(
+        c.authorization.cache_authorized_ttl,
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        c.authorization.cache_unauthorized_ttl,
+        Duration::from_secs(5)
+    );
+    assert_eq!(
+        l.warnings,
+        vec!["unknown config field \"authentication.bogus\"; ignored (upstream's lenient v1beta1 decoding drops it too)"]
+    );
+    let e = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         tlsCertFile: /p/c.crt\nauthorization: {mode: Node}\n\
+         authentication: {webhook: {cacheTTL: x}}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("authorization.mode: unsupported authorization mode"),
+        "{e}"
+    );
+    assert!(e.contains("authentication.webhook.cacheTTL"), "{e}");
+    assert!(e.contains("tlsCertFile and tlsPrivateKeyFile"), "{e}");
+    let l = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         featureGates: {KubeletFineGrainedAuthz: false, SomethingElse: true}\n",
+    )
+    .unwrap();
+    assert!(!l.config.fine_grained_authz);
+    assert_eq!(
+        l.warnings,
+        vec!["feature gate \"SomethingElse\" is not supported by rkubelet; ignored"]
+    );
+}
+
+#[test]
+fn file_with_supported_unsupported_and_unknown_fields() {
+    let l = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         staticPodPath: /etc/kubernetes/manifests\nsyncFrequency: 30s\nreadOnlyPort: 10255\n\
+         cgroupDriver: systemd\nbogusField: 1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        l.config.static_pod_path,
+        Some("/etc/kubernetes/manifests".into())
+    );
+    assert_eq!(l.config.sync_frequency, Duration::from_secs(30));
+    assert_eq!(l.config.read_only_port, 10255);
+    assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+    assert!(l
+        .warnings
+        .iter()
+        .any(|w| w.contains("cgroupDriver") && w.contains("not supported")));
+    assert!(l
+        .warnings
+        .iter()
+        .any(|w| w.contains("bogusField") && w.contains("unknown")));
+}
+
+#[test]
+fn all_errors_listed_at_once() {
+    let err = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         syncFrequency: soon\nreadOnlyPort: 70000\nhealthzBindAddress: nope\nmaxPods: 0\n\
+         podLogsDir: relative\n",
+    )
+    .unwrap_err();
+    let ConfigError::Invalid { errors, .. } = err else {
+        panic!("expected Invalid, got {err}");
+    };
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    for key in [
+        "syncFrequency",
+        "readOnlyPort",
+        "healthzBindAddress",
+        "maxPods",
+        "podLogsDir",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(key)),
+            "{key} missing in {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn container_log_settings() {
+    assert_eq!(parse_quantity_bytes("10Mi"), Ok(10 * 1024 * 1024));
+    assert_eq!(parse_quantity_bytes("1k"), Ok(1000));
+    assert_eq!(parse_quantity_bytes("1.5Ki"), Ok(1536));
+    assert_eq!(parse_quantity_bytes("100"), Ok(100));
+    assert!(parse_quantity_bytes("10MB").is_err());
+    assert!(parse_quantity_bytes("-1Mi").is_err());
+    let l = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 5s\n",
+    )
+    .unwrap();
+    assert_eq!(l.config.container_log_max_size, 5 * 1024 * 1024);
+    assert_eq!(l.config.container_log_max_files, 3);
+    assert_eq!(
+        l.config.container_log_monitor_interval,
+        Duration::from_secs(5)
+    );
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let d = KubeletConfig::default();
+    assert_eq!(
+        (d.container_log_max_size, d.container_log_max_files),
+        (10 * 1024 * 1024, 5)
+    );
+    let ConfigError::Invalid { errors, .. } = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         containerLogMaxSize: lots\ncontainerLogMaxFiles: 1\ncontainerLogMonitorInterval: 1s\n",
+    )
+    .unwrap_err() else {
+        panic!("expected Invalid");
+    };
+    assert_eq!(errors.len(), 3, "{errors:?}");
+}
+
+#[test]
+fn wrong_kind_rejected() {
+    assert!(matches!(
+        parse("apiVersion: v1\nkind: Pod\n"),
+        Err(ConfigError::Invalid { .. })
+    ));
+    assert!(matches!(
+        parse("- a\n- b\n"),
+        Err(ConfigError::Parse { .. })
+    ));
+}

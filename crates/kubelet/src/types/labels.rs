@@ -1,0 +1,17 @@
+//! The CRI label and annotation keys upstream puts on sandboxes and containers
+//! (`kuberuntime/labels.go`), so crictl, other tools and a restarted kubelet recognise them. The
+//! runtime's `labels` module builds the label maps from them; logs, stats and the server read them.
+
+pub const POD_NAME: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const POD_UID: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+/// Upstream marks which kind of container this is; we keep it to tell init containers apart after
+/// a restart.
+pub const CONTAINER_TYPE: &str = "io.kubernetes.container.type";
