@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::runtime::PodRuntimeStatus;
+use super::types::PodRuntimeStatus;
 
 /// A cached read: the status (or why it could not be read) and when the read started.
 #[derive(Debug, Clone)]
