@@ -408,8 +408,9 @@ async fn container_logs(
     // The reader writes into one end of a pipe, the response streams the other. The body holds a
     // drop guard: a client that goes away drops the body and stops the reader at once, even a
     // follow of a quiet container that would otherwise notice only at its next write (upstream
-    // stops on the request context the same way). On shutdown the body ends when the server's
-    // grace period is over, so a follower sees a complete response, not a cut connection.
+    // stops on the request context the same way). The reader is one of the server's streams: on
+    // shutdown it is closed when the grace period is over, which ends the body, so a follower
+    // sees a complete response, not a cut connection.
     let (mut w, r) = tokio::io::duplex(64 * 1024);
     let cri = d.cri.clone();
     let gone = CancellationToken::new();
@@ -422,12 +423,10 @@ async fn container_logs(
             _ = gone.cancelled() => debug!(container = %id, "containerLogs client went away"),
         }
     });
-    let stream = tokio_util::io::ReaderStream::new(r)
-        .take_until(streams.closing().cancelled_owned())
-        .map(move |chunk| {
-            let _keep = &guard;
-            chunk
-        });
+    let stream = tokio_util::io::ReaderStream::new(r).map(move |chunk| {
+        let _keep = &guard;
+        chunk
+    });
     let body = axum::body::Body::from_stream(stream);
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }

@@ -69,11 +69,6 @@ impl Streams {
             }
         });
     }
-
-    /// Fires when the grace period is over: a response body that streams should end then.
-    pub fn closing(&self) -> CancellationToken {
-        self.closing.clone()
-    }
 }
 
 /// Serves `app` on `listener` until `cancel`, then drains (see the module doc). `handshake` turns
