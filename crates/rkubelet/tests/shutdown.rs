@@ -1,7 +1,8 @@
-//! Graceful shutdown against a real containerd (Env 112-114): on SIGTERM every listener refuses new connections
-//! at once, a request in flight gets its answer, a followed log keeps streaming for the grace
-//! period and is then ended, the process exits within its bound, and the pod keeps running. A
-//! second signal exits at once with 128 + its number.
+//! Graceful shutdown against a real containerd (Env 112-115; 115 with an API server): on SIGTERM
+//! every listener refuses new connections at once, a request in flight gets its answer, a followed
+//! log and an exec session keep streaming for the grace period and are then closed, the process
+//! exits within its bound, and the pod keeps running. A second signal exits at once with 128 +
+//! its number.
 
 mod common;
 
@@ -243,4 +244,70 @@ async fn a_second_signal_exits_at_once() {
             "the pod's container still runs"
         );
     }
+}
+
+/// A `kubectl exec` session through the API server (the kubelet proxies it to the runtime's
+/// streaming server): it keeps flowing through the grace period and is closed at its end.
+#[tokio::test]
+async fn an_exec_session_goes_on_for_the_grace_then_closes() {
+    let cp = ControlPlane::up("shutdown-exec");
+    let mut env = Env::new(115);
+    env.join(&cp, &[]);
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&api_pod("shell", &env.node, SLEEPER, 1, "")),
+    );
+    cp.wait_running("shell");
+    let uid = cp.get_json(&["pod", "shell"]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut exec = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cp.admin_kubeconfig)
+        .args(["exec", "shell", "--", "sh", "-c"])
+        .arg("i=0; while true; do i=$((i+1)); echo x $i; sleep 0.3; done")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl");
+    let out = exec.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    let follow = Follow { child: exec, lines };
+    let (_, first) = follow
+        .lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the exec session prints");
+    assert!(first.starts_with("x "), "{first}");
+
+    let t0 = Instant::now();
+    let status = env.stop_kubelet(Signal::SIGTERM);
+    assert!(status.success(), "{status}");
+    let (seen, ended, mut child) = follow.rest(Duration::from_secs(2));
+    let ended = ended.expect("the exec session ended by the time rkubelet exited");
+    assert!(
+        seen.iter()
+            .any(|t| t.saturating_duration_since(t0) > Duration::from_secs(3)),
+        "the exec session kept flowing after the signal ({} lines)",
+        seen.len()
+    );
+    let ended_after = ended.saturating_duration_since(t0);
+    assert!(
+        ended_after >= Duration::from_secs(4) && ended_after < Duration::from_secs(8),
+        "the exec session ended {ended_after:?} after SIGTERM, not at the 5 s grace"
+    );
+    let _ = child.wait();
+    assert!(
+        container_running(&env, &uid).await,
+        "the pod's container still runs"
+    );
 }
