@@ -1,12 +1,106 @@
-//! Keyed exponential backoff (upstream `util/flowcontrol.Backoff`), used for CrashLoopBackOff and
-//! image pull backoff.
+//! Exponential backoff, the one policy every retry loop in the kubelet uses.
 //!
-//! Times are wall-clock (`SystemTime`) because the events it is asked about come from the runtime
-//! (a container's `finishedAt`), exactly as upstream. An entry not touched for twice the maximum
-//! counts as expired: a container that ran cleanly for 10 minutes starts again from the initial delay.
+//! - [`Exponential`]: the policy (initial delay, doubling, cap, optional jitter), client-go's
+//!   `wait.Backoff` with `Factor: 2` and `Cap`, and `wait.Jitter`.
+//! - [`Retry`]: one loop's running state (node registration, the lease heartbeat, certificate
+//!   rotation, pod termination, waiting for the runtime); reset on success.
+//! - [`Backoff`]: keyed, upstream `util/flowcontrol.Backoff`, used for CrashLoopBackOff and image
+//!   pull backoff.
+//!
+//! The keyed backoff's times are wall-clock (`SystemTime`) because the events it is asked about
+//! come from the runtime (a container's `finishedAt`), exactly as upstream. An entry not touched
+//! for twice the maximum counts as expired: a container that ran cleanly for 10 minutes starts
+//! again from the initial delay. [`Retry`] is driven by the loop's own sleeps (tokio time), so
+//! paused-time tests see its delays exactly.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+/// An exponential backoff policy: `initial`, doubling after each failure, never above `max`;
+/// `jitter` adds up to that fraction of each delay (client-go `wait.Jitter`; 0 adds none).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exponential {
+    pub initial: Duration,
+    pub max: Duration,
+    pub jitter: f64,
+}
+
+impl Exponential {
+    /// No jitter: what every loop of the kubelet used before this type existed.
+    pub const fn new(initial: Duration, max: Duration) -> Self {
+        Exponential {
+            initial,
+            max,
+            jitter: 0.0,
+        }
+    }
+
+    /// The same policy with up to `factor * delay` added to each delay, so many nodes retrying
+    /// against one API server do not retry in step.
+    pub const fn with_jitter(self, factor: f64) -> Self {
+        Exponential {
+            jitter: factor,
+            ..self
+        }
+    }
+
+    /// The delay after `prev`: the initial delay when there was none, else twice `prev` capped at
+    /// the maximum (client-go `Backoff.Step` with `Factor: 2`).
+    pub fn step(&self, prev: Duration) -> Duration {
+        if prev.is_zero() {
+            self.initial
+        } else {
+            prev.saturating_mul(2).min(self.max)
+        }
+    }
+
+    /// A fresh running state for one retry loop.
+    pub fn retry(self) -> Retry {
+        Retry {
+            policy: self,
+            next: Duration::ZERO,
+        }
+    }
+
+    fn jittered(&self, d: Duration) -> Duration {
+        if self.jitter <= 0.0 {
+            return d;
+        }
+        d + d.mul_f64(self.jitter * fastrand::f64())
+    }
+}
+
+/// One retry loop's backoff: each [`Retry::next_delay`] is the policy's next step; a success
+/// calls [`Retry::reset`] so the next failure starts from the initial delay again.
+#[derive(Debug, Clone)]
+pub struct Retry {
+    policy: Exponential,
+    /// The last delay handed out (zero: none since the last reset).
+    next: Duration,
+}
+
+impl Retry {
+    /// The delay to wait before the next attempt (jittered), advancing the backoff.
+    pub fn next_delay(&mut self) -> Duration {
+        self.next = self.policy.step(self.next);
+        self.policy.jittered(self.next)
+    }
+
+    /// After a success: the next failure waits the initial delay.
+    pub fn reset(&mut self) {
+        self.next = Duration::ZERO;
+    }
+}
+
+/// Sleeps `d` unless `cancel` fires first; false when cancelled (the loop should return).
+pub async fn sleep(d: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -17,16 +111,14 @@ struct Entry {
 /// Per-key backoff; owned by one task (a pod worker), so no locking.
 #[derive(Debug, Clone)]
 pub struct Backoff {
-    initial: Duration,
-    max: Duration,
+    policy: Exponential,
     entries: HashMap<String, Entry>,
 }
 
 impl Backoff {
     pub fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
-            initial,
-            max,
+            policy: Exponential::new(initial, max),
             entries: HashMap::new(),
         }
     }
@@ -44,16 +136,17 @@ impl Backoff {
     fn expired(&self, event_time: SystemTime, last_update: SystemTime) -> bool {
         event_time
             .duration_since(last_update)
-            .map(|d| d > self.max * 2)
+            .map(|d| d > self.policy.max * 2)
             .unwrap_or(false)
     }
 
     /// Records another failure of `id` at `event_time`: starts at the initial delay, else doubles.
     pub fn next(&mut self, id: &str, event_time: SystemTime, now: SystemTime) {
-        let backoff = match self.entries.get(id) {
-            Some(e) if !self.expired(event_time, e.last_update) => (e.backoff * 2).min(self.max),
-            _ => self.initial,
+        let prev = match self.entries.get(id) {
+            Some(e) if !self.expired(event_time, e.last_update) => e.backoff,
+            _ => Duration::ZERO,
         };
+        let backoff = self.policy.step(prev);
         self.entries.insert(
             id.to_string(),
             Entry {
@@ -98,7 +191,7 @@ impl Backoff {
 
     /// Drops entries idle for longer than twice the maximum, so the map does not grow without bound.
     pub fn gc(&mut self, now: SystemTime) {
-        let max2 = self.max * 2;
+        let max2 = self.policy.max * 2;
         self.entries.retain(|_, e| {
             now.duration_since(e.last_update)
                 .map(|d| d <= max2)
@@ -157,5 +250,102 @@ mod tests {
         assert_eq!(b.get("a"), Duration::ZERO);
         b.gc(t(1000));
         assert_eq!(b.get("b"), Duration::ZERO);
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// Each loop's policy, as its hand-rolled `(delay * 2).min(cap)` computed it before.
+    #[test]
+    fn retry_doubles_to_the_cap_and_resets() {
+        let table: &[(&str, u64, u64, &[u64])] = &[
+            (
+                "node registration",
+                100,
+                7_000,
+                &[100, 200, 400, 800, 1600, 3200, 6400, 7000, 7000],
+            ),
+            (
+                "lease renewal",
+                200,
+                7_000,
+                &[200, 400, 800, 1600, 3200, 6400, 7000, 7000],
+            ),
+            (
+                "certificate rotation",
+                1_000,
+                60_000,
+                &[1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000],
+            ),
+            (
+                "waiting for the runtime",
+                200,
+                10_000,
+                &[200, 400, 800, 1600, 3200, 6400, 10000, 10000],
+            ),
+            (
+                "pod termination",
+                1_000,
+                10_000,
+                &[1000, 2000, 4000, 8000, 10000, 10000],
+            ),
+            ("initial above the cap", 500, 300, &[500, 300, 300]),
+        ];
+        for (what, initial, max, want) in table {
+            let mut r = Exponential::new(ms(*initial), ms(*max)).retry();
+            let got: Vec<u64> = want
+                .iter()
+                .map(|_| r.next_delay().as_millis() as u64)
+                .collect();
+            assert_eq!(&got, want, "{what}");
+            r.reset();
+            assert_eq!(r.next_delay(), ms(*initial), "{what}: after reset");
+        }
+    }
+
+    #[test]
+    fn jitter_adds_at_most_its_fraction() {
+        let policy = Exponential::new(ms(1000), ms(8000)).with_jitter(0.5);
+        for _ in 0..50 {
+            let mut r = policy.retry();
+            for base in [1000, 2000, 4000, 8000, 8000] {
+                let d = r.next_delay();
+                assert!(
+                    d >= ms(base) && d <= ms(base + base / 2),
+                    "{d:?} for {base}"
+                );
+            }
+        }
+    }
+
+    /// A loop driven by `Retry` and `sleep` under paused time: it waits exactly the delays, a
+    /// success resets, and cancellation ends the wait at once.
+    #[tokio::test(start_paused = true)]
+    async fn retry_loop_waits_the_delays_and_stops_on_cancel() {
+        let cancel = CancellationToken::new();
+        let start = tokio::time::Instant::now();
+        let mut r = Exponential::new(ms(100), ms(400)).retry();
+        let mut waited = vec![];
+        // Four failures, a success, two failures.
+        for ok in [false, false, false, false, true, false, false] {
+            if ok {
+                r.reset();
+                continue;
+            }
+            let before = tokio::time::Instant::now();
+            assert!(sleep(r.next_delay(), &cancel).await);
+            waited.push((tokio::time::Instant::now() - before).as_millis());
+        }
+        assert_eq!(waited, vec![100, 200, 400, 400, 100, 200]);
+        assert_eq!(start.elapsed(), ms(1400));
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ms(50)).await;
+            c.cancel();
+        });
+        let before = tokio::time::Instant::now();
+        assert!(!sleep(Duration::from_secs(3600), &cancel).await);
+        assert_eq!(before.elapsed(), ms(50));
     }
 }

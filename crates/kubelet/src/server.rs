@@ -2,9 +2,11 @@
 //! the read-only port with `/pods`, `/healthz`, `/metrics` and `/metrics/resource`, and the
 //! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/`,
 //! `/containerLogs` and the streaming endpoints (`/exec`, `/attach`, `/portForward`, `/run`,
-//! [`streaming`]).
+//! [`streaming`]). All three stop the same way on shutdown ([`serve`]: stop accepting, let open
+//! connections and streams go on for a grace period, then close them).
 
 pub mod auth;
+pub mod serve;
 pub mod streaming;
 pub mod tls;
 
@@ -17,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::info;
 
 use rkubelet_cri::CriClient;
 
@@ -158,14 +160,8 @@ pub async fn bind(
         stats,
     });
     info!(%addr, what, "serving");
-    Ok(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { cancel.cancelled().await })
-            .await
-        {
-            error!(%addr, error = %e, "server failed");
-        }
-    })
+    let plain = |tcp: tokio::net::TcpStream, _: SocketAddr| async move { Some((tcp, ())) };
+    Ok(serve::serve(what, addr, listener, plain, app, cancel))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,11 +172,9 @@ use std::collections::HashMap;
 use axum::extract::{Path as UrlPath, Query, Request};
 use axum::middleware::Next;
 use futures::StreamExt;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
-use tower::ServiceExt;
 use tracing::{debug, warn};
 
 use crate::logs::{LogOptions, PodLogOptions};
@@ -358,6 +352,7 @@ pub fn parse_log_query(q: &HashMap<String, String>) -> Result<PodLogOptions, (St
 /// log file, streamed (and followed) as it is read.
 async fn container_logs(
     State(d): State<SecureDeps>,
+    axum::Extension(streams): axum::Extension<serve::Streams>,
     UrlPath((namespace, pod_name, container)): UrlPath<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
@@ -413,12 +408,14 @@ async fn container_logs(
     // The reader writes into one end of a pipe, the response streams the other. The body holds a
     // drop guard: a client that goes away drops the body and stops the reader at once, even a
     // follow of a quiet container that would otherwise notice only at its next write (upstream
-    // stops on the request context the same way).
+    // stops on the request context the same way). The reader is one of the server's streams: on
+    // shutdown it is closed when the grace period is over, which ends the body, so a follower
+    // sees a complete response, not a cut connection.
     let (mut w, r) = tokio::io::duplex(64 * 1024);
     let cri = d.cri.clone();
     let gone = CancellationToken::new();
     let guard = gone.clone().drop_guard();
-    tokio::spawn(async move {
+    streams.spawn(async move {
         tokio::select! {
             r = crate::logs::container_logs(&cri, &id, &log_opts, &mut w) => if let Err(e) = r {
                 debug!(container = %id, error = %e, "containerLogs ended");
@@ -494,11 +491,6 @@ fn secure_router(d: SecureDeps) -> Router {
         .with_state(d)
 }
 
-/// Upstream's `IdleTimeout` of the kubelet server (Go's keep-alive timeout).
-const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
-/// Upstream's `MaxHeaderBytes`.
-const MAX_HEADER_BYTES: usize = 1 << 20;
-
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -521,64 +513,32 @@ pub async fn bind_secure(
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let app = secure_router(deps);
     info!(%addr, what = "secure", "serving");
-    Ok(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = cancel.cancelled() => break,
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        warn!(%addr, error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-            };
-            let (acceptor, app, cancel) = (acceptor.clone(), app.clone(), cancel.clone());
-            tokio::spawn(async move {
-                let stream =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                let user = stream
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .and_then(|c| auth::user_from_cert(c.as_ref()));
-                let peer_user = PeerUser(user);
-                let svc =
-                    hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                        req.extensions_mut().insert(peer_user.clone());
-                        app.clone().oneshot(req)
-                    });
-                let mut builder =
-                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                // A client must send its request head in time, so idle or slow connections
-                // cannot pile up (upstream: IdleTimeout 90 s, MaxHeaderBytes 1 MiB).
-                builder
-                    .http1()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(IDLE_TIMEOUT)
-                    .max_buf_size(MAX_HEADER_BYTES);
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                tokio::select! {
-                    r = conn => if let Err(e) = r {
-                        debug!(%peer, error = %e, "connection ended with an error");
-                    },
-                    _ = cancel.cancelled() => {}
+    let handshake = move |tcp: tokio::net::TcpStream, peer: SocketAddr| {
+        let acceptor = acceptor.clone();
+        async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    debug!(%peer, error = %e, "TLS handshake failed");
+                    return None;
                 }
-            });
+                Err(_) => {
+                    debug!(%peer, "TLS handshake timed out");
+                    return None;
+                }
+            };
+            let user = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| auth::user_from_cert(c.as_ref()));
+            Some((stream, PeerUser(user)))
         }
-    })
+    };
+    Ok(serve::serve(
+        "secure", addr, listener, handshake, app, cancel,
+    ))
 }
 
 #[cfg(test)]

@@ -1,15 +1,76 @@
 //! The `rkubelet` binary: the upstream kubelet command line (`kubelet::flags`, a pflag-compatible
 //! table) + `KubeletConfiguration` file and drop-ins (`kubelet::config::load`) -> `KubeletConfig`,
 //! logging, signals. Precedence as upstream: flags > drop-ins > file > defaults.
+//!
+//! Signals: the first SIGTERM or SIGINT starts a graceful shutdown (servers stop accepting, open
+//! connections get a grace period, tasks are joined with a deadline; pods keep running), bounded
+//! by [`SHUTDOWN_BOUND`]; a second one exits at once.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use kubelet::config::{self, KubeletConfig, Sources};
 use kubelet::flags::{self, FlagError, Parsed};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
+
+/// The whole shutdown after the first signal. The parts inside are bounded already (connections
+/// 5 s plus 1 s to close, tasks 10 s then aborted and named in the log); this catches what those
+/// bounds cannot (a task blocked outside an await point, a blocking thread), so a service manager
+/// that restarts the kubelet never waits on it for long. When it passes the process exits with
+/// status 1.
+const SHUTDOWN_BOUND: Duration = Duration::from_secs(15);
+
+/// After the tasks returned, how long the runtime waits for blocking threads and detached tasks.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// Waits for SIGTERM or SIGINT; returns its number (15 or 2).
+async fn next_signal(
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> i32 {
+    use tokio::signal::unix::SignalKind;
+    tokio::select! {
+        _ = term.recv() => SignalKind::terminate().as_raw_value(),
+        _ = int.recv() => SignalKind::interrupt().as_raw_value(),
+    }
+}
+
+/// First signal: cancel and start the overall bound. Second signal: exit now with 128 + its
+/// number (130 for SIGINT, 143 for SIGTERM), the status a shell reports for a death by that
+/// signal, so scripts and service managers read it as "killed".
+async fn handle_signals(cancel: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot install signal handlers");
+        return;
+    };
+    let first = next_signal(&mut term, &mut int).await;
+    info!(signal = first, bound = ?SHUTDOWN_BOUND,
+        "signal received; stopping (pods keep running). Signal again to exit at once.");
+    cancel.cancel();
+    // A thread, not a task: it must fire even when the runtime's workers are stuck.
+    let watchdog = std::thread::Builder::new()
+        .name("shutdown-bound".into())
+        .spawn(|| {
+            std::thread::sleep(SHUTDOWN_BOUND);
+            // What was aborted at the tasks' deadline is logged above; reaching this means
+            // kubelet::run had not returned (a pod worker or a task stuck beyond an abort).
+            error!(bound = ?SHUTDOWN_BOUND, "shutdown did not finish in time; exiting with work still running (pods keep running)");
+            std::process::exit(1);
+        });
+    if let Err(e) = watchdog {
+        warn!(error = %e, "cannot start the shutdown bound's thread; shutdown is unbounded");
+    }
+    let second = next_signal(&mut term, &mut int).await;
+    error!(signal = second, "second signal; exiting now");
+    std::process::exit(128 + second);
+}
 
 fn node_name(flag: Option<&str>) -> String {
     let raw = match flag {
@@ -194,29 +255,16 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    rt.block_on(async move {
+    let res = rt.block_on(async move {
         info!(node = %cfg.node_name, endpoint = %cfg.container_runtime_endpoint,
             static_pod_path = ?cfg.static_pod_path, version = %version_line(), "starting rkubelet");
         let cancel = CancellationToken::new();
-        let signals = cancel.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                error!("cannot install signal handlers");
-                return;
-            };
-            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-            info!("signal received; stopping (pods keep running). Signal again to force.");
-            signals.cancel();
-            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-            error!("second signal; exiting now");
-            std::process::exit(1);
-        });
+        tokio::spawn(handle_signals(cancel.clone()));
         kubelet::kubelet::run(cfg, cancel)
             .await
             .context("rkubelet failed")
-    })
+    });
+    // Dropping the runtime would wait for every blocking thread without a bound.
+    rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+    res
 }

@@ -27,8 +27,10 @@ use tracing::{info, warn};
 use super::csr::{self, Request};
 use super::{CertError, CertKey, Store};
 
-/// Upstream retries a failed rotation with backoff; this caps the wait between attempts.
-const MAX_RETRY: Duration = Duration::from_secs(60);
+/// Upstream retries a failed rotation with backoff: 1 s doubling, capped at a minute between
+/// attempts.
+const RETRY: crate::backoff::Exponential =
+    crate::backoff::Exponential::new(Duration::from_secs(1), Duration::from_secs(60));
 /// One CSR's wait for approval and issuance before trying again with a new one.
 const CSR_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
@@ -139,7 +141,7 @@ pub struct Rotation {
 
 impl Rotation {
     pub async fn run(self, cancel: CancellationToken) {
-        let mut retry = Duration::from_secs(1);
+        let mut retry = RETRY.retry();
         loop {
             let current = match self.store.load() {
                 Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
@@ -173,14 +175,13 @@ impl Rotation {
                 _ = tokio::time::sleep(wait) => {}
             }
             match self.rotate().await {
-                Ok(()) => retry = Duration::from_secs(1),
+                Ok(()) => retry.reset(),
                 Err(e) => {
-                    warn!(error = %e, retry_in = ?retry, "certificate rotation failed");
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(retry) => {}
+                    let delay = retry.next_delay();
+                    warn!(error = %e, retry_in = ?delay, "certificate rotation failed");
+                    if !crate::backoff::sleep(delay, &cancel).await {
+                        return;
                     }
-                    retry = (retry * 2).min(MAX_RETRY);
                 }
             }
         }

@@ -567,9 +567,11 @@ async fn secure_server(
     Ok(server::bind_secure(addr, tls, deps, cancel).await?)
 }
 
-async fn shutdown(mut tasks: JoinSet<()>, cancel: CancellationToken) -> Result<(), KubeletError> {
+/// Cancels every task and joins them within [`crate::shutdown::TASKS_DEADLINE`]; what is still
+/// running then is aborted and named in the log.
+async fn shutdown(tasks: JoinSet<()>, cancel: CancellationToken) -> Result<(), KubeletError> {
     cancel.cancel();
-    while tasks.join_next().await.is_some() {}
+    crate::shutdown::drain(tasks, crate::shutdown::TASKS_DEADLINE).await;
     info!("rkubelet stopped; pods keep running");
     Ok(())
 }

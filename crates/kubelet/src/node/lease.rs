@@ -12,11 +12,15 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::backoff::Exponential;
+
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 pub const LEASE_DURATION_SECONDS: i32 = 40;
 /// Upstream renews at a quarter of the duration.
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(7);
+/// Retrying a failed renewal: 200 ms doubling to 7 s (the cap is upstream's lease controller
+/// `maxBackoff`), from the start again after a success.
+const RETRY: Exponential = Exponential::new(Duration::from_millis(200), Duration::from_secs(7));
 
 fn now_micro() -> MicroTime {
     let us = std::time::SystemTime::now()
@@ -114,24 +118,22 @@ impl LeaseKeeper {
     }
 
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut delay = Duration::from_millis(200);
+        let mut retry = RETRY.retry();
         loop {
             let wait = match self.renew().await {
                 Ok(()) => {
                     debug!(node = %self.node, "lease renewed");
-                    delay = Duration::from_millis(200);
+                    retry.reset();
                     RENEW_INTERVAL
                 }
                 Err(e) => {
+                    let delay = retry.next_delay();
                     warn!(node = %self.node, error = %e, retry_in = ?delay, "failed to renew node lease");
-                    let d = delay;
-                    delay = (delay * 2).min(MAX_BACKOFF);
-                    d
+                    delay
                 }
             };
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
+            if !crate::backoff::sleep(wait, &cancel).await {
+                return;
             }
         }
     }

@@ -23,6 +23,10 @@ use status::NodeSettings;
 /// Upstream defaults.
 pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
 pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+/// Registration retries: 100 ms doubling to 7 s (upstream `registerWithAPIServer` backs off to
+/// 7 s the same way).
+const REGISTER_BACKOFF: crate::backoff::Exponential =
+    crate::backoff::Exponential::new(Duration::from_millis(100), Duration::from_secs(7));
 
 /// Owns the Node object's status; spawned once the kubelet has a client.
 pub struct NodeAgent {
@@ -54,7 +58,7 @@ impl NodeAgent {
     async fn register(&self, cancel: &CancellationToken) -> Option<Node> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let node = status::initial_node(&self.settings, &self.machine, &self.runtime_version);
-        let mut delay = Duration::from_millis(100);
+        let mut retry = REGISTER_BACKOFF.retry();
         loop {
             let res = match nodes.create(&PostParams::default(), &node).await {
                 Ok(n) => {
@@ -84,12 +88,11 @@ impl NodeAgent {
             match res {
                 Ok(n) => return Some(n),
                 Err(e) => {
+                    let delay = retry.next_delay();
                     warn!(node = %self.settings.name, error = %e, retry_in = ?delay, "unable to register node with the API server");
-                    tokio::select! {
-                        _ = cancel.cancelled() => return None,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !crate::backoff::sleep(delay, cancel).await {
+                        return None;
                     }
-                    delay = (delay * 2).min(Duration::from_secs(7));
                 }
             }
         }

@@ -16,6 +16,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -23,6 +24,7 @@ use tracing::{debug, info, warn};
 
 use rkubelet_cri::{api, CriClient, CriError};
 
+use super::serve::Streams;
 use super::SecureDeps;
 use crate::podutil;
 use crate::runtime::labels;
@@ -333,12 +335,13 @@ fn refused(req: &Request, r: Response) -> Response {
 /// `/exec/{namespace}/{pod}[/{uid}]/{container}?command=...&input=1&output=1&error=1&tty=1`.
 pub async fn exec(
     State(d): State<SecureDeps>,
+    Extension(streams): Extension<Streams>,
     UrlPath(p): UrlPath<HashMap<String, String>>,
     Query(q): Query<QueryPairs>,
     req: Request,
 ) -> Response {
     match resolve_exec(&d, &Target::from(&p), &q).await {
-        Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout).await,
+        Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout, &streams).await,
         Err(r) => refused(&req, r),
     }
 }
@@ -346,12 +349,13 @@ pub async fn exec(
 /// `/attach/{namespace}/{pod}[/{uid}]/{container}?input=1&output=1&error=1`.
 pub async fn attach(
     State(d): State<SecureDeps>,
+    Extension(streams): Extension<Streams>,
     UrlPath(p): UrlPath<HashMap<String, String>>,
     Query(q): Query<QueryPairs>,
     req: Request,
 ) -> Response {
     match resolve_attach(&d, &Target::from(&p), &q).await {
-        Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout).await,
+        Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout, &streams).await,
         Err(r) => refused(&req, r),
     }
 }
@@ -359,13 +363,14 @@ pub async fn attach(
 /// `/portForward/{namespace}/{pod}[/{uid}]` (websocket clients add `?port=...`).
 pub async fn port_forward(
     State(d): State<SecureDeps>,
+    Extension(streams): Extension<Streams>,
     UrlPath(p): UrlPath<HashMap<String, String>>,
     Query(q): Query<QueryPairs>,
     req: Request,
 ) -> Response {
     let websocket = is_websocket(req.headers());
     match resolve_port_forward(&d, &Target::from(&p), &q, websocket).await {
-        Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout).await,
+        Ok(url) => proxy_stream(req, &url, d.streaming_idle_timeout, &streams).await,
         Err(r) => refused(&req, r),
     }
 }
@@ -423,8 +428,14 @@ pub async fn run(
 
 /// Upstream `proxyStream`: sends the client's upgrade request to the runtime's `location`; a
 /// `101` is relayed and the two connections are spliced; an error answer (>= 400) is relayed as
-/// is; anything else is a 500.
-pub async fn proxy_stream(mut req: Request, location: &str, idle: Duration) -> Response {
+/// is; anything else is a 500. The spliced stream belongs to `streams`: on shutdown it goes on
+/// through the server's grace period, then is closed.
+pub async fn proxy_stream(
+    mut req: Request,
+    location: &str,
+    idle: Duration,
+    streams: &Streams,
+) -> Response {
     if !is_upgrade(req.headers()) {
         return internal("Upgrade request required");
     }
@@ -452,7 +463,7 @@ pub async fn proxy_stream(mut req: Request, location: &str, idle: Duration) -> R
         Ok(x) => x,
         Err(e) => return internal(format!("error dialing backend: {e}")),
     };
-    tokio::spawn(async move {
+    streams.spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             debug!(error = %e, "streaming backend connection ended");
         }
@@ -500,7 +511,7 @@ pub async fn proxy_stream(mut req: Request, location: &str, idle: Duration) -> R
         let backend_upgrade = hyper::upgrade::on(&mut resp);
         let (parts, _) = resp.into_parts();
         let what = path.split('/').nth(1).unwrap_or("stream").to_string();
-        tokio::spawn(async move {
+        streams.spawn(async move {
             let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
                 Ok(pair) => pair,
                 Err(e) => {
