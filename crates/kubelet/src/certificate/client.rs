@@ -207,3 +207,103 @@ fn load(
         None => Ok(None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certificate::verify::tests::{der, sign, v1_root, Key};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn kubeconfig(dir: &Path, server: &str, ca: &str, cert: &str, key: &str) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        let p = |n: &str| dir.join(n).display().to_string();
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    \
+                 certificate-authority: {}\nusers:\n- name: u\n  user:\n    client-certificate: {}\n    \
+                 client-key: {}\ncontexts:\n- name: d\n  context: {{cluster: c, user: u}}\ncurrent-context: d\n",
+                p(ca),
+                p(cert),
+                p(key)
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// The whole client stack against an in-process HTTPS server: a v1 CA anchors the server's
+    /// (v3, subjectAltName 127.0.0.1) certificate, and the v1 client certificate is presented and
+    /// verified by the 10250 verifier.
+    #[tokio::test]
+    async fn v1_client_certificate_and_v1_ca_reach_a_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        v1_root(d, "ca", Key::Rsa);
+        sign(
+            d,
+            "server",
+            "ca",
+            Key::Ec,
+            Some("subjectAltName=IP:127.0.0.1\n"),
+            false,
+        );
+        sign(d, "node", "ca", Key::Ec, None, false);
+        assert!(verify::is_v1(der(d, "node").as_ref()));
+        let tls = crate::server::tls::server_config(
+            &d.join("server.crt"),
+            &d.join("server.key"),
+            Some(&d.join("ca.crt")),
+        )
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut s = tokio_rustls::TlsAcceptor::from(tls)
+                .accept(tcp)
+                .await
+                .unwrap();
+            let peer = s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map(|c| verify::subject_of(c[0].as_ref()));
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /version"));
+            let body = r#"{"major":"1","minor":"20","gitVersion":"v1.20.2","gitCommit":"x","gitTreeState":"clean","buildDate":"2021-01-01T00:00:00Z","goVersion":"go1.15","compiler":"gc","platform":"linux/amd64"}"#;
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(resp.as_bytes()).await.unwrap();
+            s.shutdown().await.unwrap();
+            peer
+        });
+        let url = format!("https://127.0.0.1:{port}");
+        let kc = kubeconfig(d, &url, "ca.crt", "node.crt", "node.key");
+        let client = from_kubeconfig(&kc).await.unwrap();
+        let info = client.apiserver_version().await.unwrap();
+        assert_eq!(info.git_version, "v1.20.2");
+        let peer = server.await.unwrap();
+        assert_eq!(peer.as_deref(), Some("CN=node, O=system:masters"));
+    }
+
+    #[tokio::test]
+    async fn a_key_of_another_certificate_is_named_with_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        v1_root(d, "ca", Key::Rsa);
+        sign(d, "a", "ca", Key::Ec, None, false);
+        sign(d, "b", "ca", Key::Ec, None, false);
+        let kc = kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "a.crt", "b.key");
+        let Err(e) = from_kubeconfig(&kc).await else {
+            panic!("a key of another certificate was accepted");
+        };
+        let e = e.to_string();
+        assert!(e.contains(&kc.display().to_string()), "{e}");
+        assert!(e.contains("a.crt") && e.contains("b.key"), "{e}");
+        assert!(e.contains("does not belong to the certificate"), "{e}");
+    }
+}

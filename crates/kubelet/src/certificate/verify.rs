@@ -472,4 +472,4 @@ fn check_signature(
 
 #[cfg(test)]
 #[path = "verify_tests.rs"]
-mod tests;
+pub(crate) mod tests;

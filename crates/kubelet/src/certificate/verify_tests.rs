@@ -14,7 +14,7 @@ use tokio_rustls::rustls::{
 use super::*;
 use crate::certificate::tls_verify;
 
-fn openssl(dir: &Path, args: &[&str]) {
+pub(crate) fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -28,13 +28,13 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 #[derive(Clone, Copy)]
-enum Key {
+pub(crate) enum Key {
     Rsa,
     Ec,
     Ed25519,
 }
 
-fn key(dir: &Path, name: &str, kind: Key) {
+pub(crate) fn key(dir: &Path, name: &str, kind: Key) {
     let out = format!("{name}.key");
     let args: &[&str] = match kind {
         Key::Rsa => &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
@@ -47,7 +47,7 @@ fn key(dir: &Path, name: &str, kind: Key) {
     openssl(dir, &all);
 }
 
-fn csr(dir: &Path, name: &str, kind: Key) {
+pub(crate) fn csr(dir: &Path, name: &str, kind: Key) {
     key(dir, name, kind);
     let subj = format!("/CN={name}/O=system:masters");
     openssl(
@@ -66,7 +66,7 @@ fn csr(dir: &Path, name: &str, kind: Key) {
 }
 
 /// A self-signed version 1 CA: `openssl x509 -req -signkey` without extensions.
-fn v1_root(dir: &Path, name: &str, kind: Key) {
+pub(crate) fn v1_root(dir: &Path, name: &str, kind: Key) {
     csr(dir, name, kind);
     let (csr, key, crt) = (
         format!("{name}.csr"),
@@ -82,7 +82,7 @@ fn v1_root(dir: &Path, name: &str, kind: Key) {
 }
 
 /// A version 3 CA (`req -x509` adds basicConstraints CA:TRUE from openssl.cnf's v3_ca).
-fn v3_root(dir: &Path, name: &str) {
+pub(crate) fn v3_root(dir: &Path, name: &str) {
     key(dir, name, Key::Rsa);
     let (key, crt, subj) = (
         format!("{name}.key"),
@@ -98,7 +98,7 @@ fn v3_root(dir: &Path, name: &str) {
 }
 
 /// `name` signed by `ca`; without `ext` a version 1 certificate, as hand-built clusters have.
-fn sign(dir: &Path, name: &str, ca: &str, kind: Key, ext: Option<&str>, sha1: bool) {
+pub(crate) fn sign(dir: &Path, name: &str, ca: &str, kind: Key, ext: Option<&str>, sha1: bool) {
     csr(dir, name, kind);
     let (csr, crt) = (format!("{name}.csr"), format!("{name}.crt"));
     let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
@@ -129,7 +129,7 @@ fn sign(dir: &Path, name: &str, ca: &str, kind: Key, ext: Option<&str>, sha1: bo
     openssl(dir, &args);
 }
 
-fn der(dir: &Path, name: &str) -> CertificateDer<'static> {
+pub(crate) fn der(dir: &Path, name: &str) -> CertificateDer<'static> {
     CertificateDer::from_pem_file(dir.join(format!("{name}.crt"))).unwrap()
 }
 
@@ -309,7 +309,7 @@ fn refusals_name_the_certificate_the_ca_file_and_the_reason() {
     assert!(e.contains("has expired: not valid after 20"), "{e}");
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
