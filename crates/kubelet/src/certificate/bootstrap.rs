@@ -135,13 +135,7 @@ fn write_kubeconfig(bootstrap: &Path, kubeconfig: &Path, pem: &Path) -> Result<(
 
 /// A client from a kubeconfig file.
 pub async fn client_from(path: &Path) -> Result<kube::Client, CertError> {
-    let err = kc_err(path);
-    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| err(e.to_string()))?;
-    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    super::client::from_kubeconfig(path).await
 }
 
 /// The pending key from `cert_dir/kubelet-client.key.tmp`, or a new ECDSA P-256 key written there.

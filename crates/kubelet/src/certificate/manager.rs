@@ -247,6 +247,7 @@ async fn client_with_cert(
         message,
     };
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| err(e.to_string()))?;
+    let ca_source = super::client::ca_source(&kc, kubeconfig);
     let mut config =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
@@ -256,7 +257,7 @@ async fn client_with_cert(
     config.auth_info.client_key = Some(pem);
     config.auth_info.client_certificate_data = None;
     config.auth_info.client_key_data = None;
-    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    super::client::from_config(config, kubeconfig, ca_source)
 }
 
 #[cfg(test)]

@@ -103,16 +103,7 @@ async fn wait_for_runtime(
 
 /// A client from the kubeconfig file (client cert/key, CA, bearer token), as `--kubeconfig`.
 async fn kube_client(path: &std::path::Path) -> Result<kube::Client, KubeletError> {
-    let err = |message: String| KubeletError::Kubeconfig {
-        path: path.to_path_buf(),
-        message,
-    };
-    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| err(e.to_string()))?;
-    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    Ok(crate::certificate::client::from_kubeconfig(path).await?)
 }
 
 /// `<root-dir>/pki` unless `--cert-dir` says otherwise, as upstream.

@@ -1,6 +1,10 @@
 //! The 10250 server's TLS: the serving cert from `tlsCertFile`/`tlsPrivateKeyFile`, or a
 //! self-signed one kept in `<root-dir>/pki` (upstream `InitializeTLS` +
 //! `GenerateSelfSignedCertKey`), and client cert verification against `clientCAFile`.
+//!
+//! X.509 version 1 certificates are accepted as Go's crypto/x509 accepts them: a v1 `tlsCertFile`
+//! is served (rustls' `with_single_cert` would parse it with webpki and refuse it), and a v1 client
+//! certificate or CA is checked by [`crate::certificate::tls_verify::ClientVerifier`].
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -9,9 +13,10 @@ use std::sync::Arc;
 use tokio_rustls::rustls::{
     self,
     pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
-    server::WebPkiClientVerifier,
-    RootCertStore, ServerConfig,
+    ServerConfig,
 };
+
+use crate::certificate::{tls_verify, verify::Anchors};
 use tracing::info;
 
 /// What went wrong setting up TLS, naming the file concerned.
@@ -35,6 +40,12 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
     #[error("client CA {}: {message}", path.display())]
     ClientCa { path: PathBuf, message: String },
+    #[error("serving certificate {} with key {}: {message}", cert.display(), key.display())]
+    Pair {
+        cert: PathBuf,
+        key: PathBuf,
+        message: String,
+    },
 }
 
 fn read_err(what: &'static str, path: &Path) -> impl FnOnce(String) -> TlsError {
@@ -125,7 +136,15 @@ pub fn server_config(
     let certs = load_certs(cert)?;
     let key_der = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| read_err("private key", key)(e.to_string()))?;
-    let mut cfg = builder(client_ca)?.with_single_cert(certs, key_der)?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified =
+        tls_verify::certified_key(certs, key_der, &provider).map_err(|message| TlsError::Pair {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            message,
+        })?;
+    let single = rustls::sign::SingleCertAndKey::from(Arc::new(certified));
+    let mut cfg = builder(client_ca)?.with_cert_resolver(Arc::new(single));
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -149,26 +168,26 @@ fn builder(
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
     let builder = match client_ca {
         Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for c in load_certs(ca)? {
-                roots.add(c).map_err(|e| TlsError::ClientCa {
+            let anchors = Anchors {
+                source: ca.display().to_string(),
+                certs: load_certs(ca)?,
+            };
+            let verifier = tls_verify::ClientVerifier::new(anchors, provider).map_err(|e| {
+                TlsError::ClientCa {
                     path: ca.to_path_buf(),
                     message: e.to_string(),
-                })?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| TlsError::ClientCa {
-                    path: ca.to_path_buf(),
-                    message: e.to_string(),
-                })?;
-            builder.with_client_cert_verifier(verifier)
+                }
+            })?;
+            builder.with_client_cert_verifier(Arc::new(verifier))
         }
         None => builder.with_no_client_auth(),
     };
     Ok(builder)
 }
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tls_tests;
 
 #[cfg(test)]
 mod tests {
