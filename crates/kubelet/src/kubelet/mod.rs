@@ -67,7 +67,9 @@ async fn wait_for_runtime(
     cri: &CriClient,
     cancel: &CancellationToken,
 ) -> Option<api::VersionResponse> {
-    let mut delay = Duration::from_millis(200);
+    let mut retry =
+        crate::backoff::Exponential::new(Duration::from_millis(200), Duration::from_secs(10))
+            .retry();
     loop {
         let err = match cri.version(api::VersionRequest::default()).await {
             Ok(v) => match cri.status(api::StatusRequest { verbose: false }).await {
@@ -91,13 +93,12 @@ async fn wait_for_runtime(
             },
             Err(e) => e.to_string(),
         };
+        let delay = retry.next_delay();
         warn!(endpoint = %cri.socket().display(), error = %err, retry_in = ?delay,
             "container runtime is not available; is containerd running with its CRI plugin?");
-        tokio::select! {
-            _ = cancel.cancelled() => return None,
-            _ = tokio::time::sleep(delay) => {}
+        if !crate::backoff::sleep(delay, cancel).await {
+            return None;
         }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 

@@ -23,17 +23,16 @@ const TERMINATE_RETRY: Duration = Duration::from_secs(1);
 /// worker's state anew.)
 macro_rules! retry {
     ($cancel:expr, $step:expr) => {{
-        let mut delay = TERMINATE_RETRY;
+        let mut retry = crate::backoff::Exponential::new(TERMINATE_RETRY, ERROR_RETRY).retry();
         loop {
             match $step.await {
                 Ok(()) => break !$cancel.is_cancelled(),
                 Err(e) => {
+                    let delay = retry.next_delay();
                     warn!(error = %e, retry_in = ?delay, "failed to terminate pod");
-                    tokio::select! {
-                        _ = $cancel.cancelled() => break false,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !crate::backoff::sleep(delay, $cancel).await {
+                        break false;
                     }
-                    delay = (delay * 2).min(ERROR_RETRY);
                 }
             }
         }
