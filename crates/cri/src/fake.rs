@@ -26,8 +26,10 @@ pub struct Call {
     /// Pod name for sandbox calls, container name for container calls, the command for
     /// exec_sync (space-joined), the image for image calls, empty otherwise.
     pub key: String,
-    /// Extra detail: the grace (seconds) of stop_container.
+    /// Extra detail: the grace (seconds) of stop_container, the pod UID of sandbox calls.
     pub detail: String,
+    /// When the call was made, on tokio's (possibly paused) clock.
+    pub at: tokio::time::Instant,
 }
 
 /// A container as a test inspects it.
@@ -215,6 +217,7 @@ impl FakeRuntime {
                 op,
                 key: key.clone(),
                 detail,
+                at: tokio::time::Instant::now(),
             });
             let delay = st
                 .delays
@@ -275,6 +278,14 @@ fn not_found(what: &str, id: &str) -> tonic::Status {
 
 fn labels_match(have: &HashMap<String, String>, want: &HashMap<String, String>) -> bool {
     want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+/// The pod UID of sandbox `id` (sandbox calls record it to tell two pods of one name apart).
+fn sandbox_uid(st: &State, id: &str) -> String {
+    st.sandboxes
+        .get(id)
+        .and_then(|s| s.config.metadata.as_ref().map(|m| m.uid.clone()))
+        .unwrap_or_default()
 }
 
 fn sandbox_key(st: &State, id: &str) -> String {
@@ -356,10 +367,15 @@ impl Runtime for FakeRuntime {
     fn run_pod_sandbox(&self, req: api::RunPodSandboxRequest) -> Reply<api::RunPodSandboxResponse> {
         let config = req.config.unwrap_or_default();
         let key = pod_name(&config).to_string();
+        let uid = config
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
         self.call(
             "run_pod_sandbox",
             |_| key,
-            String::new(),
+            uid,
             move |st, now| {
                 st.next_id += 1;
                 let id = format!("sandbox-{}", st.next_id);
@@ -385,7 +401,8 @@ impl Runtime for FakeRuntime {
         let id = req.pod_sandbox_id;
         let key = |st: &State| sandbox_key(st, &id);
         let id2 = id.clone();
-        self.call("stop_pod_sandbox", key, String::new(), move |st, now| {
+        let uid = sandbox_uid(&self.lock(), &id);
+        self.call("stop_pod_sandbox", key, uid, move |st, now| {
             if let Some(s) = st.sandboxes.get_mut(&id2) {
                 s.ready = false;
             }
@@ -404,10 +421,11 @@ impl Runtime for FakeRuntime {
     ) -> Reply<api::RemovePodSandboxResponse> {
         let id = req.pod_sandbox_id;
         let id2 = id.clone();
+        let uid = sandbox_uid(&self.lock(), &id);
         self.call(
             "remove_pod_sandbox",
             |st| sandbox_key(st, &id),
-            String::new(),
+            uid,
             move |st, _| {
                 st.sandboxes.remove(&id2);
                 st.containers.retain(|_, c| c.sandbox_id != id2);
@@ -534,9 +552,11 @@ impl Runtime for FakeRuntime {
                     .as_ref()
                     .map(|i| i.image.clone())
                     .unwrap_or_default();
+                // By name or by the ref the kubelet resolved it to, as containerd accepts both.
                 let image_ref = st
                     .images
                     .get(&image)
+                    .or_else(|| st.images.values().find(|r| **r == image))
                     .cloned()
                     .ok_or_else(|| not_found("image", &image))?;
                 st.next_id += 1;

@@ -2,7 +2,6 @@
 //! (`ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`, `InvalidImageName`) a failed pull shows.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::{api, CriClient};
@@ -185,7 +184,7 @@ impl ImageManager {
             };
         }
         let key = format!("{}_{}", podutil::uid(pod), image);
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         if let Some(left) = backoff.in_backoff_since_update(&key, now) {
             event(
                 EventType::Normal,
@@ -226,7 +225,7 @@ impl ImageManager {
                 Ok(image_ref)
             }
             Err(e) => {
-                let now = SystemTime::now();
+                let now = crate::clock::now();
                 backoff.next(&key, now, now);
                 let msg = format!("Failed to pull image {raw:?}: {e}");
                 event(

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod backoff;
 pub mod certificate;
+pub mod clock;
 pub mod configz;
 pub mod container;
 pub mod credentials;

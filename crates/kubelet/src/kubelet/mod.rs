@@ -2,6 +2,8 @@
 //! loop itself is in [`sync_loop`].
 
 pub mod sync_loop;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -155,8 +157,40 @@ async fn api_client(
     Ok(Some(client))
 }
 
+/// What the kubelet runs against besides its configuration: the container runtime, and
+/// optionally one more pod source (upstream's `PodConfig` channels), through which in-process
+/// tests feed pods.
+pub struct Deps {
+    pub cri: CriClient,
+    /// A source name and the complete snapshots of the pods it wants.
+    pub extra_source: Option<(
+        &'static str,
+        mpsc::Receiver<Vec<k8s_openapi::api::core::v1::Pod>>,
+    )>,
+}
+
 /// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
 pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), KubeletError> {
+    let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?
+        .with_observer(Arc::new(crate::metrics::record_runtime_operation));
+    run_with(
+        cfg,
+        Deps {
+            cri,
+            extra_source: None,
+        },
+        cancel,
+    )
+    .await
+}
+
+/// [`run`] against the given runtime and sources.
+pub async fn run_with(
+    cfg: KubeletConfig,
+    deps: Deps,
+    cancel: CancellationToken,
+) -> Result<(), KubeletError> {
+    let Deps { cri, extra_source } = deps;
     for dir in [
         cfg.root_dir.join("pods"),
         cfg.pod_logs_dir.clone(),
@@ -167,8 +201,6 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             source,
         })?;
     }
-    let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?
-        .with_observer(Arc::new(crate::metrics::record_runtime_operation));
     crate::metrics::get()
         .node_name
         .with_label_values(&[&cfg.node_name])
@@ -447,6 +479,23 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
     let (cfg_tx, cfg_rx) = mpsc::channel(256);
     tasks.spawn(source::mux::run(snap_rx, cfg_tx, cancel.child_token()));
     let mut expected_sources = HashSet::new();
+    if let Some((name, mut rx)) = extra_source {
+        expected_sources.insert(name);
+        let tx = snap_tx.clone();
+        let stop = cancel.child_token();
+        tasks.spawn(async move {
+            loop {
+                let pods = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    p = rx.recv() => match p { Some(p) => p, None => return },
+                };
+                let snap = source::SourceSnapshot { source: name, pods };
+                if tx.send(snap).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     if let Some(dir) = cfg.static_pod_path.clone() {
         expected_sources.insert(source::FILE_SOURCE);
         let fs = source::file::FileSource::new(

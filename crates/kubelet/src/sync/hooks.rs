@@ -3,7 +3,9 @@
 //! StopContainer, counted against the grace period.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};

@@ -595,7 +595,7 @@ async fn execute(
         }
     }
     prune_dead_containers(ctx, pod, rt).await;
-    let now = SystemTime::now();
+    let now = crate::clock::now();
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
     retry
@@ -671,7 +671,7 @@ async fn start_container(
         );
         let finished =
             SystemTime::UNIX_EPOCH + Duration::from_nanos(last.finished_at.max(0) as u64);
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         if let Some(left) = state.crash_backoff.in_backoff_since(&key, finished, now) {
             let msg = format!(
                 "back-off {} restarting failed container={} pod={}_{}({})",

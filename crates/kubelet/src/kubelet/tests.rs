@@ -1,0 +1,398 @@
+//! The whole kubelet in process on the fake runtime, under tokio's paused clock: the SyncLoop,
+//! pod workers, syncer, PLEG and runtime cache, probes and hooks exactly as in the binary, with
+//! `rkubelet_cri::fake::FakeRuntime` behind the CRI seam and pods fed by a test source. Minutes of
+//! kubelet time pass in milliseconds. These complement, never replace, the tests against real
+//! containerd in crates/rkubelet/tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Container, ExecAction, Lifecycle, LifecycleHandler, Pod, PodSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rkubelet_cri::fake::{Call, FakeRuntime};
+use rkubelet_cri::{api, CriClient};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{run_with, Deps};
+
+const SOURCE: &str = "test";
+
+struct Harness {
+    fake: FakeRuntime,
+    pods: mpsc::Sender<Vec<Pod>>,
+    cancel: CancellationToken,
+    kubelet: JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// A kubelet on a fresh fake runtime that has the busybox image, before any pods exist.
+    async fn start() -> Harness {
+        let fake = FakeRuntime::new(Arc::new(crate::clock::now_unix_nanos));
+        fake.add_image("busybox");
+        Self::start_on(fake).await
+    }
+
+    async fn start_on(fake: FakeRuntime) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = crate::config::load(&Default::default())
+            .expect("default config")
+            .config;
+        cfg.node_name = "fake-node".into();
+        cfg.root_dir = dir.path().join("root");
+        cfg.pod_logs_dir = dir.path().join("pods-logs");
+        cfg.container_logs_dir = dir.path().join("containers");
+        cfg.resolv_conf = Default::default();
+        cfg.healthz_port = 0;
+        cfg.read_only_port = 0;
+        cfg.port = 0;
+        cfg.static_pod_path = None;
+        cfg.kubeconfig = None;
+        let cri = CriClient::with_backend(
+            Arc::new(fake.clone()),
+            "fake".into(),
+            rkubelet_cri::DEFAULT_TIMEOUT,
+        );
+        let (pods, rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let deps = Deps {
+            cri,
+            extra_source: Some((SOURCE, rx)),
+        };
+        let stop = cancel.clone();
+        let kubelet = tokio::spawn(async move {
+            run_with(cfg, deps, stop).await.expect("kubelet runs");
+        });
+        Harness {
+            fake,
+            pods,
+            cancel,
+            kubelet,
+            _dir: dir,
+        }
+    }
+
+    /// The source now wants exactly these pods.
+    async fn want(&self, pods: Vec<Pod>) {
+        self.pods.send(pods).await.expect("kubelet is running");
+    }
+
+    /// Waits (kubelet time) until `f` holds; panics naming `what` after `within`.
+    async fn until(&self, what: &str, within: Duration, f: impl Fn(&FakeRuntime) -> bool) {
+        let start = Instant::now();
+        while !f(&self.fake) {
+            assert!(
+                start.elapsed() < within,
+                "timed out after {within:?} (kubelet time) waiting for {what}; calls: {:#?}",
+                self.fake.calls()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn calls(&self, op: &str, key: &str) -> Vec<Call> {
+        self.fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == op && c.key == key)
+            .collect()
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.kubelet.await.expect("kubelet task");
+    }
+}
+
+fn running(f: &FakeRuntime, pod: &str, container: &str) -> bool {
+    f.containers().iter().any(|c| {
+        c.pod == pod && c.name == container && c.state == api::ContainerState::ContainerRunning
+    })
+}
+
+fn pod(name: &str, uid: &str, containers: Vec<Container>) -> Pod {
+    let mut p = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    crate::podutil::apply_api_defaults(&mut p);
+    p
+}
+
+fn container(name: &str) -> Container {
+    Container {
+        name: name.into(),
+        image: Some("busybox".into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec!["sleep".into(), "3600".into()]),
+        ..Default::default()
+    }
+}
+
+/// Sync -> running -> the process dies -> restarted at once the first time, then with
+/// CrashLoopBackOff's 10 s, 20 s, 40 s between exit and the next start (upstream doubling).
+#[tokio::test(start_paused = true)]
+async fn crashing_container_restarts_with_crash_loop_backoff() {
+    let h = Harness::start().await;
+    h.want(vec![pod("crashy", "uid-crashy", vec![container("app")])])
+        .await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "crashy", "app")
+    })
+    .await;
+    // From now on every start exits at once; then the running instance dies.
+    h.fake.exit_on_start("app", 1);
+    assert_eq!(h.fake.kill_container("app", 1), 1);
+    h.until("five starts", Duration::from_secs(300), |f| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == "start_container" && c.key == "app")
+            .count()
+            >= 5
+    })
+    .await;
+    let starts: Vec<Instant> = h
+        .calls("start_container", "app")
+        .iter()
+        .map(|c| c.at)
+        .collect();
+    let gaps: Vec<f64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    // starts[1] is the first restart: PLEG notices the death within its 1 s relist and the
+    // container starts again without backoff. Each later start waits the doubled backoff after
+    // the previous instance exited (which was at its start), plus up to a relist of detection.
+    assert!(gaps[1] >= 10.0 && gaps[1] < 12.0, "gaps {gaps:?}");
+    assert!(gaps[2] >= 20.0 && gaps[2] < 22.0, "gaps {gaps:?}");
+    assert!(gaps[3] >= 40.0 && gaps[3] < 42.0, "gaps {gaps:?}");
+    // Restart counts go up by one per instance (the CRI attempt).
+    let attempts: Vec<u32> = h
+        .fake
+        .containers()
+        .iter()
+        .filter(|c| c.name == "app")
+        .map(|c| c.attempt)
+        .collect();
+    assert_eq!(attempts.iter().max(), Some(&4), "attempts {attempts:?}");
+    h.stop().await;
+}
+
+/// Deletion runs preStop first, then stops the container with what is left of the grace period,
+/// then removes the sandbox.
+#[tokio::test(start_paused = true)]
+async fn deletion_runs_pre_stop_then_stops_with_the_grace_period() {
+    let h = Harness::start().await;
+    let mut c = container("app");
+    c.lifecycle = Some(Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["/bin/sh".into(), "-c".into(), "echo bye".into()]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let mut p = pod("web", "uid-web", vec![c]);
+    if let Some(s) = p.spec.as_mut() {
+        s.termination_grace_period_seconds = Some(45);
+    }
+    h.want(vec![p]).await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "web", "app")
+    })
+    .await;
+    // The hook takes 5 s of the grace period.
+    h.fake
+        .delay("exec_sync", "/bin/sh -c echo bye", Duration::from_secs(5));
+    h.want(vec![]).await;
+    h.until("sandbox removed", Duration::from_secs(120), |f| {
+        f.sandboxes().is_empty()
+    })
+    .await;
+    let calls = h.fake.calls();
+    let pos = |op: &str, key: &str| {
+        calls
+            .iter()
+            .position(|c| c.op == op && c.key == key)
+            .unwrap_or_else(|| panic!("no {op} {key}: {calls:#?}"))
+    };
+    let hook = pos("exec_sync", "/bin/sh -c echo bye");
+    let stop = pos("stop_container", "app");
+    let remove = pos("remove_pod_sandbox", "web");
+    assert!(hook < stop && stop < remove, "order: {calls:#?}");
+    // StopContainer gets the grace left after the hook: 45 s minus its 5 s.
+    let grace: i64 = calls[stop].detail.parse().expect("stop grace");
+    assert!((39..=40).contains(&grace), "stop grace {grace}");
+    assert!(h.fake.containers().is_empty(), "containers removed");
+    h.stop().await;
+}
+
+/// A pod the runtime has that no source wants (left from before a restart) is stopped and
+/// removed once the sources are read, without any API object or hook.
+#[tokio::test(start_paused = true)]
+async fn runtime_only_pod_is_killed_and_removed() {
+    let fake = FakeRuntime::new(Arc::new(crate::clock::now_unix_nanos));
+    fake.add_image("busybox");
+    let cri = CriClient::with_backend(
+        Arc::new(fake.clone()),
+        "fake".into(),
+        Duration::from_secs(5),
+    );
+    let labels: std::collections::HashMap<String, String> = [
+        ("io.kubernetes.pod.uid", "uid-orphan"),
+        ("io.kubernetes.pod.name", "orphan"),
+        ("io.kubernetes.pod.namespace", "default"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let sb = cri
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: "orphan".into(),
+                    uid: "uid-orphan".into(),
+                    namespace: "default".into(),
+                    attempt: 0,
+                }),
+                labels: labels.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("sandbox")
+        .pod_sandbox_id;
+    let id = cri
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: sb,
+            config: Some(api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "leftover".into(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: "busybox".into(),
+                    ..Default::default()
+                }),
+                labels,
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .expect("container")
+        .container_id;
+    cri.start_container(api::StartContainerRequest { container_id: id })
+        .await
+        .expect("start");
+    let h = Harness::start_on(fake).await;
+    // The source is read (and wants nothing): housekeeping may now clean up.
+    h.want(vec![]).await;
+    h.until("orphan removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty() && f.containers().is_empty()
+    })
+    .await;
+    let stop = h.calls("stop_container", "leftover");
+    assert_eq!(stop.len(), 1, "stopped once");
+    assert_eq!(stop[0].detail, "2", "runtime-only grace");
+    assert!(
+        h.fake.calls().iter().all(|c| c.op != "exec_sync"),
+        "no hooks for a pod without a spec"
+    );
+    h.stop().await;
+}
+
+/// A new pod whose name is held by a terminating pod of another UID starts only once the old
+/// one is gone (upstream: pods are keyed by full name while terminating).
+#[tokio::test(start_paused = true)]
+async fn reused_name_waits_for_the_old_pod() {
+    let h = Harness::start().await;
+    h.want(vec![pod("db", "uid-old", vec![container("main")])])
+        .await;
+    h.until("old running", Duration::from_secs(30), |f| {
+        running(f, "db", "main")
+    })
+    .await;
+    // Stopping the old pod takes 20 s.
+    h.fake
+        .delay("stop_container", "main", Duration::from_secs(20));
+    h.want(vec![pod("db", "uid-new", vec![container("main")])])
+        .await;
+    h.until("new sandbox", Duration::from_secs(120), |f| {
+        f.calls()
+            .iter()
+            .any(|c| c.op == "run_pod_sandbox" && c.detail == "uid-new")
+    })
+    .await;
+    let calls = h.fake.calls();
+    let removed_old = calls
+        .iter()
+        .position(|c| c.op == "remove_pod_sandbox" && c.detail == "uid-old")
+        .expect("old sandbox removed");
+    let new_sandbox = calls
+        .iter()
+        .position(|c| c.op == "run_pod_sandbox" && c.detail == "uid-new")
+        .expect("new sandbox");
+    assert!(removed_old < new_sandbox, "calls: {calls:#?}");
+    assert!(
+        calls[new_sandbox].at - calls[removed_old].at < Duration::from_secs(3),
+        "the new pod starts promptly once the name is free"
+    );
+    h.until("new running", Duration::from_secs(30), |f| {
+        running(f, "db", "main")
+    })
+    .await;
+    h.stop().await;
+}
+
+/// A runtime call that hangs for one pod holds up neither the SyncLoop nor other pods.
+#[tokio::test(start_paused = true)]
+async fn slow_runtime_call_does_not_block_other_pods() {
+    let h = Harness::start().await;
+    h.fake
+        .delay("run_pod_sandbox", "slow", Duration::from_secs(3600));
+    h.want(vec![pod("slow", "uid-slow", vec![container("a")])])
+        .await;
+    h.until(
+        "slow pod's sandbox call made",
+        Duration::from_secs(30),
+        |f| f.calls().iter().any(|c| c.op == "run_pod_sandbox"),
+    )
+    .await;
+    let asked = Instant::now();
+    h.want(vec![
+        pod("slow", "uid-slow", vec![container("a")]),
+        pod("fast", "uid-fast", vec![container("b")]),
+    ])
+    .await;
+    h.until("fast running", Duration::from_secs(30), |f| {
+        running(f, "fast", "b")
+    })
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(
+        !h.fake.ready_sandboxes().contains(&"slow".to_string()),
+        "the slow call is still pending"
+    );
+    h.stop().await;
+}
