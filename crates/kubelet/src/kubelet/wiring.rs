@@ -1,0 +1,574 @@
+//! The kubelet's wiring, one builder per area: each takes what it needs, spawns its managers'
+//! tasks into the kubelet's task set and returns the handles the next area needs. `run_with`
+//! only calls them in start-up order (upstream `NewMainKubelet` + `Run`, without the globals).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::{api, CriClient};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{warn, Instrument};
+
+use super::sync_loop::{self, SyncLoop};
+use super::{cert_dir, KubeletError};
+use crate::admission;
+use crate::config::KubeletConfig;
+use crate::dns::{self, DnsSettings};
+use crate::events::{self, EventRecorder, EventType, Recorder};
+use crate::health::Health;
+use crate::images::ImageManager;
+use crate::logs::{ContainerLogManager, RotationPolicy};
+use crate::mirror::{MirrorHandle, MirrorManager};
+use crate::node::machine::{self, MachineInfo};
+use crate::node::status::{self as node_status, NodeSettings};
+use crate::node::NodeAgent;
+use crate::object_cache::{ChangeDetectionStrategy, ObjectCache};
+use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
+use crate::pod_workers::PodWorkers;
+use crate::prober::{ProbeHandle, ProbeManager, ProbeResults, ResultUpdate};
+use crate::runtime::RuntimeManager;
+use crate::server;
+use crate::source::{self, ConfigEvent};
+use crate::stats::StatsSource;
+use crate::status::{syncer, StatusHandle, StatusManager};
+use crate::sync::{SyncContext, Syncer};
+
+/// `<root-dir>/pods` and the log directories exist before anything runs.
+pub(super) fn ensure_dirs(cfg: &KubeletConfig) -> Result<(), KubeletError> {
+    for dir in [
+        cfg.root_dir.join("pods"),
+        cfg.pod_logs_dir.clone(),
+        cfg.container_logs_dir.clone(),
+    ] {
+        std::fs::create_dir_all(&dir).map_err(|source| KubeletError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// What every builder shares: the configuration, the runtime, health, and the task set that
+/// owns every spawned manager.
+pub(super) struct Wiring<'a> {
+    pub cfg: &'a KubeletConfig,
+    pub cri: CriClient,
+    pub health: Arc<Health>,
+    pub tasks: JoinSet<()>,
+    pub cancel: &'a CancellationToken,
+}
+
+/// The API side: the client (None standalone), events and the status manager.
+pub(super) struct ApiSide {
+    pub client: Option<kube::Client>,
+    pub recorder: Recorder,
+    pub status: StatusHandle,
+}
+
+/// Who this node is.
+pub(super) struct NodeIdentity {
+    pub ip: Option<std::net::IpAddr>,
+    pub settings: NodeSettings,
+    pub machine: MachineInfo,
+}
+
+/// The pod-running core: the workers' shared context and what the SyncLoop reads.
+pub(super) struct PodRuntime {
+    pub ctx: Arc<SyncContext>,
+    pub pleg: mpsc::Receiver<PodLifecycleEvent>,
+    pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
+    pub prober: ProbeHandle,
+    pub probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
+    pub probe_results: watch::Sender<Arc<ProbeResults>>,
+    pub object_cache: Option<ObjectCache>,
+    pub object_changes: mpsc::UnboundedReceiver<String>,
+    pub node_view: admission::NodeView,
+}
+
+/// The pod sources, merged.
+pub(super) struct Sources {
+    pub config: mpsc::Receiver<ConfigEvent>,
+    pub expected: HashSet<&'static str>,
+    pub mirrors: Option<MirrorHandle>,
+}
+
+impl Wiring<'_> {
+    fn spawn(
+        &mut self,
+        span: tracing::Span,
+        fut: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.tasks.spawn(fut.instrument(span));
+    }
+
+    /// Status syncer, event recorder and status manager.
+    pub fn api_side(&mut self, client: Option<kube::Client>) -> ApiSide {
+        let cfg = self.cfg;
+        let api_queue = client.clone().map(|c| {
+            let (syncer, tx) = syncer::Syncer::new(c);
+            self.spawn(
+                tracing::info_span!("status_syncer"),
+                syncer.run(self.cancel.child_token()),
+            );
+            tx
+        });
+        let (event_recorder, recorder) = EventRecorder::new(
+            client.clone(),
+            cfg.node_name.clone(),
+            cfg.event_record_qps as f32,
+            cfg.event_burst,
+        );
+        self.spawn(
+            tracing::info_span!("events"),
+            event_recorder.run(self.cancel.child_token()),
+        );
+        recorder.node_event(
+            EventType::Normal,
+            events::STARTING_KUBELET,
+            "Starting kubelet.".into(),
+        );
+        let (status_mgr, status) = StatusManager::new(api_queue);
+        self.spawn(
+            tracing::Span::none(),
+            status_mgr.run(self.cancel.child_token()),
+        );
+        ApiSide {
+            client,
+            recorder,
+            status,
+        }
+    }
+
+    pub fn stats_source(&self) -> StatsSource {
+        StatsSource::new(
+            self.cri.clone(),
+            self.cfg.node_name.clone(),
+            self.cfg.root_dir.clone(),
+            self.cfg.pod_logs_dir.clone(),
+        )
+    }
+
+    /// Healthz and the read-only port, up before the runtime answers (upstream does too).
+    pub async fn local_servers(
+        &mut self,
+        api: &ApiSide,
+        stats: &StatsSource,
+    ) -> Result<(), KubeletError> {
+        let cfg = self.cfg;
+        let ports = [
+            ("healthz", cfg.healthz_bind_address, cfg.healthz_port, false),
+            ("read-only", cfg.address, cfg.read_only_port, true),
+        ];
+        for (name, ip, port, read_only) in ports {
+            if port == 0 {
+                continue;
+            }
+            let srv = server::bind(
+                name,
+                SocketAddr::new(ip, port),
+                read_only,
+                self.health.clone(),
+                api.status.clone(),
+                stats.clone(),
+                self.cancel.child_token(),
+            )
+            .await?;
+            self.tasks.spawn(srv);
+        }
+        Ok(())
+    }
+
+    pub fn node_identity(&self) -> NodeIdentity {
+        let cfg = self.cfg;
+        let ip = cfg.node_ip.or_else(machine::detect_node_ip);
+        if ip.is_none() {
+            warn!("cannot detect the node IP; pass --node-ip");
+        }
+        NodeIdentity {
+            ip,
+            settings: NodeSettings {
+                name: cfg.node_name.clone(),
+                ip: ip.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1])),
+                hostname: cfg.node_name.clone(),
+                extra_labels: cfg.node_labels.clone(),
+                taints: cfg.register_with_taints.clone(),
+                max_pods: cfg.max_pods,
+                kubelet_port: cfg.port,
+            },
+            machine: MachineInfo::read(&cfg.root_dir),
+        }
+    }
+
+    fn dns(&self) -> DnsSettings {
+        let cfg = self.cfg;
+        let no_resolv_conf = cfg.resolv_conf.as_os_str().is_empty();
+        let host = if no_resolv_conf {
+            Default::default()
+        } else {
+            dns::load_host(&cfg.resolv_conf).unwrap_or_else(|e| {
+                warn!(file = %cfg.resolv_conf.display(), error = %e, "cannot read resolvConf; pods get no host DNS");
+                Default::default()
+            })
+        };
+        if cfg.cluster_dns.is_empty() {
+            warn!("no clusterDNS configured: pods with dnsPolicy ClusterFirst fall back to dnsPolicy Default (upstream MissingClusterDNS)");
+        }
+        DnsSettings {
+            host,
+            cluster_dns: cfg.cluster_dns.clone(),
+            cluster_domain: cfg.cluster_domain.clone(),
+            no_resolv_conf,
+        }
+    }
+
+    /// Upstream's configMap/secret managers: with Watch, one watch per referenced object, and a
+    /// change wakes the pods that reference it (the SyncLoop's object_changes).
+    fn object_cache(
+        &mut self,
+        client: &Option<kube::Client>,
+    ) -> (Option<ObjectCache>, mpsc::UnboundedReceiver<String>) {
+        let (changes_tx, changes) = mpsc::unbounded_channel();
+        let cache = match (
+            client,
+            self.cfg.config_map_and_secret_change_detection_strategy,
+        ) {
+            (Some(c), ChangeDetectionStrategy::Watch) => {
+                let (cache, run) =
+                    ObjectCache::start(c.clone(), changes_tx, self.cancel.child_token());
+                self.spawn(tracing::info_span!("object_cache"), run);
+                Some(cache)
+            }
+            (Some(_), ChangeDetectionStrategy::Cache) => {
+                let (cache, run) = ObjectCache::start_ttl(
+                    crate::object_cache::CACHE_TTL,
+                    self.cancel.child_token(),
+                );
+                self.spawn(tracing::info_span!("object_cache"), run);
+                Some(cache)
+            }
+            _ => None,
+        };
+        (cache, changes)
+    }
+
+    /// Logs, runtime manager, prober, object cache, PLEG (with the runtime cache) and the
+    /// workers' shared context.
+    pub fn pod_runtime(
+        &mut self,
+        version: &api::VersionResponse,
+        node: &NodeIdentity,
+        api: &ApiSide,
+    ) -> Result<PodRuntime, KubeletError> {
+        let cfg = self.cfg;
+        let (log_mgr, logs) = ContainerLogManager::new(
+            self.cri.clone(),
+            RotationPolicy {
+                max_size: cfg.container_log_max_size,
+                max_files: cfg.container_log_max_files as usize,
+                interval: cfg.container_log_monitor_interval,
+            },
+            cfg.container_logs_dir.clone(),
+        );
+        self.spawn(
+            tracing::info_span!("container_logs"),
+            log_mgr.run(self.cancel.child_token()),
+        );
+        let runtime = RuntimeManager {
+            cri: self.cri.clone(),
+            root_dir: cfg.root_dir.clone(),
+            logs,
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            dns: self.dns(),
+        };
+        // Upstream admits against the Node object; ours is what this kubelet registers (labels
+        // and taints set later by an admin through the API are not seen yet).
+        let node_view = admission::NodeView {
+            name: cfg.node_name.clone(),
+            labels: node_status::node_labels(&node.settings, &node.machine),
+            taints: cfg.register_with_taints.clone(),
+            allocatable: node_status::resources(&node.settings, &node.machine).1,
+            sysctls: crate::sysctl::Allowlist::for_node(&cfg.allowed_unsafe_sysctls)?,
+        };
+        let (probe_mgr, prober, probe_updates) =
+            ProbeManager::new(self.cri.clone(), api.recorder.clone());
+        self.spawn(
+            tracing::info_span!("prober"),
+            probe_mgr.run(self.cancel.child_token()),
+        );
+        let (probe_results, probes) = watch::channel(Arc::new(ProbeResults::new()));
+        let (object_cache, object_changes) = self.object_cache(&api.client);
+        let objects = match (&api.client, &object_cache) {
+            (Some(c), Some(cache)) => {
+                crate::objects::ObjectSource::with_cache(c.clone(), cache.clone())
+            }
+            _ => crate::objects::ObjectSource::new(api.client.clone()),
+        };
+        let (pleg_tx, pleg) = mpsc::channel(1024);
+        let (pleg_task, runtime_pods, cache) =
+            Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
+        self.spawn(
+            tracing::info_span!("pleg"),
+            pleg_task.run(self.cancel.child_token()),
+        );
+        let ctx = Arc::new(SyncContext {
+            cache: cache.clone(),
+            prober: prober.clone(),
+            probes,
+            runtime,
+            images: ImageManager::new(
+                self.cri.clone(),
+                cfg.serialize_image_pulls,
+                api.recorder.clone(),
+                api.client.clone(),
+            ),
+            recorder: api.recorder.clone(),
+            status: api.status.clone(),
+            root_dir: cfg.root_dir.clone(),
+            runtime_name: version.runtime_name.clone(),
+            node_ip: node.ip.map(|ip| ip.to_string()).unwrap_or_default(),
+            allocatable: node_view.allocatable.clone(),
+            objects,
+            tokens: crate::token::TokenManager::new(api.client.clone()),
+        });
+        Ok(PodRuntime {
+            ctx,
+            pleg,
+            runtime_pods,
+            prober,
+            probe_updates,
+            probe_results,
+            object_cache,
+            object_changes,
+            node_view,
+        })
+    }
+
+    /// The 10250 server, with a serving certificate from the API when `serverTLSBootstrap`.
+    pub async fn secure_server(
+        &mut self,
+        node: &NodeIdentity,
+        api: &ApiSide,
+        stats: &StatsSource,
+        pods: &PodRuntime,
+    ) -> Result<(), KubeletError> {
+        let cfg = self.cfg;
+        let serving = match (&api.client, cfg.server_tls_bootstrap) {
+            (Some(c), true) => {
+                let cert = Arc::new(crate::certificate::manager::ServingCert::default());
+                let ips = node.ip.into_iter().collect();
+                let rotation = crate::certificate::manager::Rotation {
+                    kind: crate::certificate::manager::Kind::Serving {
+                        cert: cert.clone(),
+                        request: crate::certificate::csr::Request::serving(
+                            &cfg.node_name,
+                            vec![cfg.node_name.clone()],
+                            ips,
+                        ),
+                    },
+                    store: crate::certificate::Store::server(&cert_dir(cfg)),
+                    client: c.clone(),
+                    node_name: cfg.node_name.clone(),
+                    initial_cert_pem: None,
+                };
+                self.spawn(
+                    tracing::info_span!("serving_cert_rotation"),
+                    rotation.run(self.cancel.child_token()),
+                );
+                Some(cert)
+            }
+            (None, true) => {
+                warn!("serverTLSBootstrap needs --kubeconfig; serving a self-signed certificate");
+                None
+            }
+            _ => None,
+        };
+        let deps = server::SecureDeps {
+            health: self.health.clone(),
+            status: api.status.clone(),
+            runtime_pods: pods.runtime_pods.clone(),
+            cri: self.cri.clone(),
+            stats: stats.clone(),
+            configz: Arc::new(crate::configz::configz(cfg)),
+            authn: Arc::new(server::auth::Authenticator::new(
+                &cfg.authentication,
+                api.client.clone(),
+            )),
+            authz: Arc::new(server::auth::Authorizer::new(
+                &cfg.authorization,
+                cfg.node_name.clone(),
+                api.client.clone(),
+            )),
+            debugging_handlers: cfg.enable_debugging_handlers,
+            fine_grained_authz: cfg.fine_grained_authz,
+            streaming_idle_timeout: cfg.streaming_connection_idle_timeout,
+        };
+        let srv = secure_server(cfg, node.ip, serving, deps, self.cancel.child_token()).await?;
+        self.tasks.spawn(srv);
+        Ok(())
+    }
+
+    /// The pod sources (an injected one, the static pod directory, the API watch) behind the
+    /// mux; with an API client also mirror pods and node registration, status and Lease.
+    pub fn sources(
+        &mut self,
+        extra: Option<(&'static str, mpsc::Receiver<Vec<Pod>>)>,
+        api: &ApiSide,
+        node: &NodeIdentity,
+        version: &api::VersionResponse,
+    ) -> Sources {
+        let cfg = self.cfg;
+        let (snap_tx, snap_rx) = mpsc::channel(16);
+        let (cfg_tx, config) = mpsc::channel(256);
+        self.spawn(
+            tracing::Span::none(),
+            source::mux::run(snap_rx, cfg_tx, self.cancel.child_token()),
+        );
+        let mut expected = HashSet::new();
+        if let Some((name, mut rx)) = extra {
+            expected.insert(name);
+            let tx = snap_tx.clone();
+            let stop = self.cancel.child_token();
+            self.spawn(tracing::Span::none(), async move {
+                loop {
+                    let pods = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        p = rx.recv() => match p { Some(p) => p, None => return },
+                    };
+                    let snap = source::SourceSnapshot { source: name, pods };
+                    if tx.send(snap).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        if let Some(dir) = cfg.static_pod_path.clone() {
+            expected.insert(source::FILE_SOURCE);
+            let fs = source::file::FileSource::new(
+                dir,
+                cfg.node_name.clone(),
+                cfg.file_check_frequency,
+                snap_tx.clone(),
+            );
+            self.spawn(
+                tracing::info_span!("file_source"),
+                fs.run(self.cancel.child_token()),
+            );
+        }
+        let mut mirrors = None;
+        if let Some(client) = api.client.clone() {
+            expected.insert(source::api::API_SOURCE);
+            let (mirror_mgr, mirror) =
+                MirrorManager::new(client.clone(), cfg.node_name.clone(), api.status.clone());
+            self.spawn(
+                tracing::info_span!("mirror_pods"),
+                mirror_mgr.run(self.cancel.child_token()),
+            );
+            let src = source::api::run(
+                client.clone(),
+                cfg.node_name.clone(),
+                snap_tx.clone(),
+                mirror.clone(),
+                self.cancel.child_token(),
+            );
+            mirrors = Some(mirror);
+            self.spawn(tracing::info_span!("api_source"), src);
+            if cfg.register_node {
+                let agent = NodeAgent {
+                    client,
+                    settings: node.settings.clone(),
+                    machine: node.machine.clone(),
+                    recorder: api.recorder.clone(),
+                    runtime_version: format!(
+                        "{}://{}",
+                        version.runtime_name, version.runtime_version
+                    ),
+                    cri: self.cri.clone(),
+                    health: self.health.clone(),
+                };
+                self.spawn(
+                    tracing::info_span!("node"),
+                    agent.run(self.cancel.child_token()),
+                );
+            }
+        }
+        Sources {
+            config,
+            expected,
+            mirrors,
+        }
+    }
+
+    /// The pod workers on the kubelet's syncer, and the SyncLoop over everything above.
+    pub fn sync_loop(
+        &mut self,
+        pods: PodRuntime,
+        sources: Sources,
+        api: ApiSide,
+    ) -> (SyncLoop<Syncer>, sync_loop::Inputs) {
+        let (worker_tx, worker_events) = mpsc::unbounded_channel();
+        let workers = PodWorkers::new(
+            Arc::new(Syncer { ctx: pods.ctx }),
+            worker_tx,
+            self.cancel.child_token(),
+        );
+        let sync_loop = SyncLoop {
+            sync_frequency: self.cfg.sync_frequency,
+            root_dir: self.cfg.root_dir.clone(),
+            pods: HashMap::new(),
+            seen_sources: HashSet::new(),
+            expected_sources: sources.expected,
+            workers,
+            status: api.status,
+            health: self.health.clone(),
+            runtime_pods: pods.runtime_pods,
+            mirrors: sources.mirrors,
+            recorder: api.recorder,
+            node_view: pods.node_view,
+            prober: pods.prober,
+            probe_results: pods.probe_results,
+            object_cache: pods.object_cache,
+        };
+        let inputs = sync_loop::Inputs {
+            config: sources.config,
+            pleg: pods.pleg,
+            worker_events,
+            probe_updates: pods.probe_updates,
+            object_changes: pods.object_changes,
+        };
+        (sync_loop, inputs)
+    }
+}
+/// The 10250 server: TLS from the configured files or a self-signed pair in `<root-dir>/pki`.
+/// Without an API server client the webhooks cannot work (upstream refuses to start then); we
+/// start anyway, say so, and such requests fail closed (401 / 500).
+async fn secure_server(
+    cfg: &KubeletConfig,
+    node_ip: Option<std::net::IpAddr>,
+    serving: Option<Arc<crate::certificate::manager::ServingCert>>,
+    deps: server::SecureDeps,
+    cancel: CancellationToken,
+) -> Result<impl std::future::Future<Output = ()>, KubeletError> {
+    let client_ca = cfg.authentication.client_ca_file.as_deref();
+    let tls = match serving {
+        Some(cert) => server::tls::server_config_with_resolver(cert, client_ca)?,
+        None => {
+            let (crt, key) = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+                (Some(c), Some(k)) => (c.clone(), k.clone()),
+                _ => server::tls::ensure_self_signed(&cfg.root_dir, &cfg.node_name, node_ip)?,
+            };
+            server::tls::server_config(&crt, &key, client_ca)?
+        }
+    };
+    if cfg.kubeconfig.is_none()
+        && (cfg.authentication.webhook_enabled
+            || cfg.authorization.mode == crate::config::AuthorizationMode::Webhook)
+    {
+        warn!("webhook authentication/authorization is configured without --kubeconfig: bearer tokens get 401 and Webhook authorization answers 500 on the secure port");
+    }
+    let addr = SocketAddr::new(cfg.address, cfg.port);
+    Ok(server::bind_secure(addr, tls, deps, cancel).await?)
+}
