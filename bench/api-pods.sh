@@ -16,7 +16,8 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
 
-RKUBELET="$REPO_ROOT/target/release/rkubelet"
+# RKUBELET=path overrides the binary (e.g. to compare two builds in one session).
+RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
 NODE_NAME=apibench
 FIRST_INDEX=70
 

@@ -234,7 +234,7 @@ impl Pleg {
                 Some(uid) = self.refresh.recv() => {
                     if reading.contains(&uid) {
                         again.insert(uid);
-                    } else if reading.len() < READ_PARALLELISM * 4 {
+                    } else if reading.len() < READ_PARALLELISM {
                         reading.insert(uid.clone());
                         reads.push(self.read(uid));
                     } else {
@@ -248,7 +248,7 @@ impl Pleg {
                     let next: Vec<String> = again
                         .iter()
                         .filter(|u| !reading.contains(*u))
-                        .take(READ_PARALLELISM * 4 - reading.len())
+                        .take(READ_PARALLELISM - reading.len())
                         .cloned()
                         .collect();
                     for u in next {
