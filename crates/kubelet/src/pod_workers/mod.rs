@@ -289,39 +289,33 @@ impl<S: PodSyncer> PodWorkers<S> {
             pod: pod.clone(),
             grace,
         };
-        let r = match self.records.get_mut(&uid) {
-            Some(r) => r,
-            None => {
-                self.spawn(
-                    uid,
-                    Some(pod),
-                    full_name,
-                    work,
-                    Phase::Terminating { grace },
-                );
-                return;
+        if let Some(r) = self.records.get_mut(&uid) {
+            match (r.phase, &r.worker) {
+                (Phase::Syncing, Some(w)) => {
+                    w.send_replace(work);
+                    r.phase = Phase::Terminating { grace };
+                    r.pod = Some(pod);
+                    r.next_sync = None;
+                    return;
+                }
+                // Never started: it is torn down like a pod with nothing running (its API
+                // deletion still has to complete).
+                (Phase::WaitingForName, _) => {}
+                _ => {
+                    r.restart = None;
+                    r.next_sync = None;
+                    return;
+                }
             }
-        };
-        r.restart = None;
-        r.next_sync = None;
-        match (r.phase, &r.worker) {
-            (Phase::Syncing, Some(w)) => {
-                w.send_replace(work);
-                r.phase = Phase::Terminating { grace };
-                r.pod = Some(pod);
-            }
-            (Phase::WaitingForName, _) => {
-                self.records.remove(&uid);
-                self.spawn(
-                    uid,
-                    Some(pod),
-                    full_name,
-                    work,
-                    Phase::Terminating { grace },
-                );
-            }
-            _ => {}
         }
+        // No record, or a record that never started: a worker that only terminates.
+        self.spawn(
+            uid,
+            Some(pod),
+            full_name,
+            work,
+            Phase::Terminating { grace },
+        );
     }
 
     /// Stops and removes a pod only the runtime knows (upstream `SyncKnownPods` +
