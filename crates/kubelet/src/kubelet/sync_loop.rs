@@ -24,6 +24,7 @@ use crate::podutil;
 use crate::prober::{ProbeHandle, ProbeResults, ResultUpdate};
 use crate::source::{ConfigEvent, PodOp, PodUpdate};
 use crate::status::{compute, StatusHandle};
+use crate::types::PodPhase;
 use crate::volumes;
 
 const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -353,10 +354,7 @@ impl<S: PodSyncer> SyncLoop<S> {
 }
 
 fn is_terminal_in_api(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
+    PodPhase::of(pod.status.as_ref()).is_some_and(PodPhase::is_terminal)
 }
 
 /// Upstream resyncs with up to 50% jitter so pods do not sync in lockstep.

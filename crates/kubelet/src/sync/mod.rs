@@ -210,7 +210,7 @@ fn feed_prober(ctx: &SyncContext, pod: &Arc<Pod>, rt: &PodRuntimeStatus) {
 }
 
 fn is_terminal(s: &PodStatus) -> bool {
-    matches!(s.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+    crate::types::PodPhase::of(Some(s)).is_some_and(crate::types::PodPhase::is_terminal)
 }
 
 /// Upstream `SyncPod`: one pass towards the spec.

@@ -39,6 +39,13 @@ impl PodPhase {
     pub fn is_terminal(self) -> bool {
         matches!(self, PodPhase::Succeeded | PodPhase::Failed)
     }
+
+    /// The phase of a pod status, if it names one.
+    pub fn of(status: Option<&k8s_openapi::api::core::v1::PodStatus>) -> Option<Self> {
+        status
+            .and_then(|s| s.phase.as_deref())
+            .and_then(Self::parse)
+    }
 }
 
 /// `spec.restartPolicy`.
