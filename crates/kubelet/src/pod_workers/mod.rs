@@ -465,3 +465,6 @@ impl<S: PodSyncer> PodWorkers<S> {
         while self.tasks.join_next().await.is_some() {}
     }
 }
+
+#[cfg(test)]
+mod tests;

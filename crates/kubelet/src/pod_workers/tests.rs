@@ -1,0 +1,199 @@
+//! The lifecycle table and worker tasks on a recording syncer (no runtime at all): which of the
+//! four operations run, in which order, with which grace, as records move through their phases.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+/// Records every operation as "op uid [grace]".
+#[derive(Default)]
+struct Recorder {
+    ops: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    fn push(&self, s: String) {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+    }
+    fn ops(&self) -> Vec<String> {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl PodSyncer for Recorder {
+    type State = ();
+
+    fn new_state(&self, _pod: &Pod) {}
+
+    async fn sync_pod(&self, _: &mut (), pod: &Arc<Pod>) -> SyncOutcome {
+        self.push(format!("sync {}", podutil::uid(pod)));
+        SyncOutcome::default()
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        _: &mut (),
+        pod: &Arc<Pod>,
+        grace: Option<Duration>,
+    ) -> Result<(), RuntimeError> {
+        self.push(format!("terminating {} {grace:?}", podutil::uid(pod)));
+        Ok(())
+    }
+
+    async fn sync_terminating_runtime_pod(
+        &self,
+        pod: &RuntimePodRef,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        self.push(format!("runtime {} {grace:?}", pod.uid));
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, _: &mut (), pod: &Arc<Pod>) -> Result<(), RuntimeError> {
+        self.push(format!("terminated {}", podutil::uid(pod)));
+        Ok(())
+    }
+}
+
+fn pod(name: &str, uid: &str) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
+struct Table {
+    syncer: Arc<Recorder>,
+    workers: PodWorkers<Recorder>,
+    events: mpsc::UnboundedReceiver<WorkerEvent>,
+}
+
+impl Table {
+    fn new() -> Table {
+        let syncer = Arc::new(Recorder::default());
+        let (tx, events) = mpsc::unbounded_channel();
+        let workers = PodWorkers::new(syncer.clone(), tx, CancellationToken::new());
+        Table {
+            syncer,
+            workers,
+            events,
+        }
+    }
+
+    /// Applies worker events until `uid` finished, as the SyncLoop does; returns what to start.
+    async fn until_finished(&mut self, uid: &str) -> Vec<Arc<Pod>> {
+        loop {
+            match self.events.recv().await.expect("worker events") {
+                WorkerEvent::Terminated { uid: u } => self.workers.terminated(&u),
+                WorkerEvent::Finished { uid: u, pod } if u == uid => {
+                    return self.workers.finished(&u, pod.as_deref());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Lets the workers run what they were handed.
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn termination_is_final_until_the_pod_is_added_again() {
+    let mut t = Table::new();
+    let p = pod("a", "u1");
+    t.workers.update(p.clone());
+    t.settle().await;
+    t.workers.terminate(p.clone(), Some(Duration::from_secs(5)));
+    // A second termination keeps the first grace period.
+    t.workers.terminate(p.clone(), Some(Duration::from_secs(1)));
+    assert!(t.until_finished("u1").await.is_empty());
+    assert!(matches!(
+        t.workers.phase("u1"),
+        Some(Phase::Finished { .. })
+    ));
+    // A late wake (a PLEG event for the removed containers) starts nothing.
+    t.workers.sync("u1");
+    t.settle().await;
+    assert_eq!(
+        t.syncer.ops(),
+        ["sync u1", "terminating u1 Some(5s)", "terminated u1"]
+    );
+    // Added again by its source: a new worker.
+    t.workers.update(p);
+    t.settle().await;
+    assert_eq!(t.syncer.ops().last().map(String::as_str), Some("sync u1"));
+    assert_eq!(t.workers.phase("u1"), Some(Phase::Syncing));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_name_held_by_a_terminating_pod_makes_the_new_one_wait() {
+    let mut t = Table::new();
+    let old = pod("db", "old");
+    t.workers.update(old.clone());
+    t.settle().await;
+    t.workers.terminate(old, None);
+    t.workers.update(pod("db", "new"));
+    assert_eq!(t.workers.phase("new"), Some(Phase::WaitingForName));
+    let next = t.until_finished("old").await;
+    assert_eq!(next.len(), 1, "the waiting pod is handed back to start");
+    for p in next {
+        t.workers.update(p);
+    }
+    t.settle().await;
+    assert_eq!(t.workers.phase("new"), Some(Phase::Syncing));
+    let ops = t.syncer.ops();
+    let terminated = ops.iter().position(|o| o == "terminated old");
+    let started = ops.iter().position(|o| o == "sync new");
+    assert!(terminated < started && started.is_some(), "{ops:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_readded_while_terminating_restarts_after_it_finished() {
+    let mut t = Table::new();
+    let p = pod("web", "u");
+    t.workers.update(p.clone());
+    t.settle().await;
+    t.workers.terminate(p.clone(), None);
+    // The source wants it again before the worker finished (upstream restartRequested).
+    t.workers.update(p.clone());
+    let next = t.until_finished("u").await;
+    assert_eq!(next.len(), 1);
+    for p in next {
+        t.workers.update(p);
+    }
+    t.settle().await;
+    assert_eq!(
+        t.syncer.ops(),
+        ["sync u", "terminating u None", "terminated u", "sync u"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn runtime_only_pods_get_their_own_operation_and_no_spec() {
+    let mut t = Table::new();
+    let r = RuntimePodRef {
+        uid: "orphan".into(),
+        name: "o".into(),
+        namespace: "default".into(),
+    };
+    t.workers
+        .terminate_runtime_pod(r.clone(), Duration::from_secs(2));
+    // Asked twice (two housekeeping passes): one worker.
+    t.workers.terminate_runtime_pod(r, Duration::from_secs(2));
+    assert!(t.until_finished("orphan").await.is_empty());
+    assert_eq!(t.syncer.ops(), ["runtime orphan 2s"]);
+    assert!(t.workers.get("orphan").is_some_and(|r| r.pod.is_none()));
+}
