@@ -657,9 +657,13 @@ async fn start_container(
     ip: &str,
     restart_count: i32,
 ) -> Result<String, StartError> {
+    // Upstream `doBackOff`: the newest *exited* instance, not the newest one. A container killed
+    // by its liveness probe is still running in `rt` while this sync replaces it, and the
+    // instance that exited before it is what the backoff counts from.
     if let Some(last) = rt
-        .find(&c.name)
-        .filter(|s| s.state == ContainerState::Exited)
+        .containers
+        .iter()
+        .find(|s| s.name == c.name && s.state == ContainerState::Exited)
     {
         let key = format!(
             "{}_{}_{}_{}_{}",
