@@ -386,6 +386,13 @@ async fn broken_manifests_do_not_touch_good_pods() {
     // runs, so the update carrying the broken good.yaml was processed before it.
     env.write_manifest("later.yaml", &simple_pod("later", "Always", SLEEPER));
     env.wait_running("later");
+    // By then a removal of the good pod would have been handled: /pods lists a pod until it
+    // has terminated, and the kill may still be on its way to the runtime, so its container
+    // running proves little this soon; the kubelet's own record of a removal is the evidence.
+    let removed = log_records(&env.kubelet_log())
+        .into_iter()
+        .find(|r| r.contains("pod removed") && r.contains(&uid(&good)));
+    assert_eq!(removed, None, "the good pod was dropped");
     let still = env.pod("good").expect("good pod still there");
     assert_eq!(uid(&still), uid(&good));
     let cs = container_status(&still, "main");
