@@ -17,7 +17,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
 
-RKUBELET="$REPO_ROOT/target/release/rkubelet"
+RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}" # RKUBELET=target/debug/rkubelet to try it quickly
 NODE_NAME=summarybench
 INDEX=86 # tests use 101.., static-pods.sh 60.., api-pods.sh 70.., probes.sh 80..82, streaming.sh 84
 DIR=/tmp/rkubelet-summarybench LOGF=/tmp/rkubelet-summarybench.log
