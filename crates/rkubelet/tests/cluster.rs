@@ -133,10 +133,9 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
     let cp = ControlPlane::up("pods");
     let mut env = Env::new(122);
     env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
-    let created = Instant::now();
     cp.kubectl_stdin(
         &["create", "-f", "-"],
-        Some(&api_pod("app", &env.node, SLEEPER, 10, "")),
+        Some(&api_pod("app", &env.node, SLEEPER, 120, "")),
     );
     cp.kubectl_stdin(
         &["create", "-f", "-"],
@@ -148,10 +147,6 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         (p["status"]["phase"] == "Running" && condition(&p, "Ready")?["status"] == "True")
             .then_some(p)
     });
-    println!(
-        "kubectl create -> Running in the API: {:?}",
-        created.elapsed()
-    );
     let st = &pod["status"];
     assert_eq!(st["hostIP"], "127.0.0.1");
     assert!(
@@ -213,22 +208,18 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         2
     );
 
-    // kubectl delete: containers stop within the grace period and the object goes away.
-    let t = Instant::now();
+    // kubectl delete: the container stops on SIGTERM and the object goes away once it has,
+    // not at the end of the 120 s grace period. It takes a second or two (bench/api-pods.sh
+    // measures it); the bound is half the grace period so a loaded machine does not trip it.
     cp.kubectl(&["delete", "pod", "app", "--wait=false"]);
-    wait_until(Duration::from_secs(15), "pod object deleted", || {
+    wait_until(Duration::from_secs(60), "pod object deleted", || {
         cp.get_json(&["pod", "app"]).is_none().then_some(())
     });
-    println!("kubectl delete -> object gone: {:?}", t.elapsed());
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        t.elapsed()
-    );
     let begin = Instant::now();
     while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
+        // The object is gone only once the containers stopped; removal follows at once.
         assert!(
-            begin.elapsed() < Duration::from_secs(10),
+            begin.elapsed() < Duration::from_secs(30),
             "containers left after delete"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -155,12 +155,14 @@ async fn init_containers_run_in_order_and_failures_follow_the_restart_policy() {
     }
 }
 
-/// The sidecar: a web server that logs each request, with a startup probe on its port. It stops
-/// at once on SIGTERM (a bare httpd as PID 1 would ignore it and wait for SIGKILL), so a sidecar
-/// stopped too early shows.
-const SIDECAR: &str = "mkdir -p /www; echo ok > /www/hello; echo ok > /www/bye; \
+/// The sidecar: a web server that logs each request, with a startup probe on its port. It
+/// listens only after 2 s, so a container started before its startup probe passed finds nothing
+/// there. It stops at once on SIGTERM (a bare httpd as PID 1 would ignore it and wait for
+/// SIGKILL), so a sidecar stopped too early shows.
+const SIDECAR: &str =
+    "sleep 2; mkdir -p /www; for p in hello bye setup; do echo ok > /www/$p; done; \
                        httpd -f -vv -p 8080 -h /www & trap 'exit 0' TERM; wait";
-const SIDECAR_SPEC: &str = "    restartPolicy: Always\n    startupProbe:\n      tcpSocket: {port: 8080}\n      periodSeconds: 1\n";
+const SIDECAR_SPEC: &str = "    restartPolicy: Always\n    startupProbe:\n      tcpSocket: {port: 8080}\n      periodSeconds: 1\n      failureThreshold: 30\n";
 
 fn sidecar_log(env: &Env, pod: &Pod) -> String {
     let path = env.logs.join(format!(
@@ -175,20 +177,26 @@ fn sidecar_log(env: &Env, pod: &Pod) -> String {
 async fn sidecar_starts_before_the_app_and_stops_after_it() {
     let mut env = Env::new(162);
     env.start_kubelet();
-    // The app needs the sidecar from its first instant (it exits 1 if the request fails) and
-    // again when it stops: on SIGTERM it makes one more request before exiting. The active
-    // deadline ends the pod, which stops the app first and the sidecar after it.
+    // The init container after the sidecar needs it serving (it exits 1 otherwise), and so
+    // does the app, from its first instant and again when it stops: on SIGTERM it waits a
+    // second, then makes one more request and exits 0 only if that reached the sidecar. The
+    // active deadline ends the pod, which stops the app first and the sidecar after it; a
+    // sidecar stopped together with the app would be gone by the time of that request.
+    // (Timestamps in the status have one-second resolution: they cannot show the order.)
     let app = "wget -q -O- http://127.0.0.1:8080/hello || exit 1; \
-               trap 'wget -q -O- http://127.0.0.1:8080/bye; exit 0' TERM; \
+               trap 'sleep 1; wget -q -O- http://127.0.0.1:8080/bye && exit 0; exit 1' TERM; \
                while true; do sleep 0.2; done";
     env.write_manifest(
         "side.yaml",
         &pod_with_inits(
             "side",
             "Always",
-            &[("proxy", SIDECAR, SIDECAR_SPEC), ("setup", "true", "")],
+            &[
+                ("proxy", SIDECAR, SIDECAR_SPEC),
+                ("setup", "wget -q -O- http://127.0.0.1:8080/setup", ""),
+            ],
             app,
-            "  activeDeadlineSeconds: 8\n",
+            "  activeDeadlineSeconds: 15\n",
         ),
     );
     let pod = env.wait_pod("side", Duration::from_secs(30), "app running", |p| {
@@ -198,7 +206,11 @@ async fn sidecar_starts_before_the_app_and_stops_after_it() {
     let proxy = init_status(&pod, "proxy");
     assert_eq!(proxy.started, Some(true));
     assert!(proxy.state.as_ref().unwrap().running.is_some(), "{proxy:?}");
-    assert!(started(proxy) <= started(init_status(&pod, "setup")));
+    // setup ran once and succeeded: the sidecar was serving before it started.
+    let setup = init_status(&pod, "setup");
+    assert_eq!(setup.restart_count, 0, "{setup:?}");
+    let setup_exit = setup.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(setup_exit.exit_code, 0, "{setup:?}");
     assert_eq!(
         pod.status.as_ref().unwrap().phase.as_deref(),
         Some("Running")
@@ -219,10 +231,12 @@ async fn sidecar_starts_before_the_app_and_stops_after_it() {
     let app_exit = app.state.as_ref().unwrap().terminated.as_ref().unwrap();
     assert_eq!(
         app_exit.exit_code, 0,
-        "the app's last request reached the sidecar"
+        "the app's last request, a second after its SIGTERM, reached the sidecar"
     );
+    assert_eq!(container_status(&done, "app").restart_count, 0);
     assert!(finished(app) <= finished(proxy), "{app:?} {proxy:?}");
     let log = sidecar_log(&env, &done);
+    assert!(log.contains("url:/setup"), "{log}");
     assert!(log.contains("url:/hello"), "{log}");
     assert!(log.contains("url:/bye"), "{log}");
 }

@@ -63,7 +63,11 @@ async fn metrics_count_pods_runtime_calls_and_start_latency() {
             "kubelet_runtime_operations_total",
             Some(("operation_type", op)),
         ) {
-            Some(Value::Counter(c)) => assert!(*c >= 2.0 || op == "list_containers", "{op}: {c}"),
+            // Two pods: a sandbox and a container each; PLEG lists containers every relist.
+            Some(Value::Counter(c)) => {
+                let min = if op == "list_containers" { 1.0 } else { 2.0 };
+                assert!(*c >= min, "{op}: {c}")
+            }
             other => panic!("{op}: {other:?}"),
         }
     }
@@ -93,10 +97,18 @@ async fn metrics_count_pods_runtime_calls_and_start_latency() {
             other => panic!("{h}: {other:?}"),
         }
     }
-    assert!(matches!(
-        value(&s, "kubelet_pleg_relist_duration_seconds", None),
-        Some(Value::Histogram(_))
-    ));
+    // PLEG relists (every second) are timed: at least the one that set the gauges above.
+    match value(&s, "kubelet_pleg_relist_duration_seconds", None) {
+        Some(Value::Histogram(buckets)) => {
+            let total = buckets.last().map(|b| b.count).unwrap_or(0.0);
+            assert!(total >= 1.0, "relists: {buckets:?}");
+            assert!(
+                buckets.windows(2).all(|w| w[0].count <= w[1].count),
+                "cumulative buckets: {buckets:?}"
+            );
+        }
+        other => panic!("kubelet_pleg_relist_duration_seconds: {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -127,12 +139,13 @@ async fn resource_metrics_report_node_pod_and_container_usage() {
     assert!(read("container_memory_working_set_bytes", pod) > 0.0);
     assert!(read("pod_memory_working_set_bytes", pod) > 0.0);
     assert!(read("container_start_time_seconds", pod) > 1.6e9);
-    std::thread::sleep(Duration::from_secs(2));
-    let second = read("container_cpu_usage_seconds_total", pod);
-    assert!(
-        second > first + 0.5,
-        "a busy loop should use CPU: {first} -> {second}"
-    );
+    // The busy loop's counter moves. How fast depends on how loaded the machine is, so this
+    // waits for a clear step (0.2 CPU-s) with a bound that only catches a counter standing
+    // still; the CPU figures themselves are measured by bench/, not asserted here.
+    let second = wait_until(Duration::from_secs(60), "busy loop CPU counted", || {
+        let v = read("container_cpu_usage_seconds_total", pod);
+        (v > first + 0.2).then_some(v)
+    });
     assert!(read("pod_cpu_usage_seconds_total", pod) >= second);
 
     // The Summary API from the same sources, in upstream's JSON shape.

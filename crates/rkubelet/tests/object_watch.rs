@@ -83,7 +83,9 @@ async fn watched_config_map_updates_reach_files_promptly_and_atomically() {
     let first = |s: String| s.chars().next();
     assert_eq!(first(read("cat /etc/cfg/big").await), Some('A'));
 
-    let mut delays = Vec::new();
+    // Each update reaches the file in about a second, through the watch. Without it, only the
+    // next resync (1 min) would bring it: the bound is half that period, so it tells the two
+    // apart with room for a loaded machine.
     for letter in ['B', 'C', 'D'] {
         let t = Instant::now();
         set_value(&cp, letter, false);
@@ -92,19 +94,14 @@ async fn watched_config_map_updates_reach_files_promptly_and_atomically() {
                 break;
             }
             assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "update to {letter} not seen in 20 s\n{}",
+                t.elapsed() < Duration::from_secs(30),
+                "update to {letter} not seen in 30 s\n{}",
                 tail(&env.kubelet_log(), 40)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        delays.push(t.elapsed());
         // Let the reader go over the new content a while before the next change.
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    println!("configMap update -> mounted file (watch): {delays:?}");
-    for d in &delays {
-        assert!(*d < Duration::from_secs(10), "{delays:?}");
     }
     let reads: usize = read("wc -l < /tmp/reads").await.parse().unwrap();
     let bad = read("cat /tmp/bad").await;
@@ -195,15 +192,16 @@ async fn get_and_cache_strategies() {
         "-p",
         r#"{"data":{"v":"2"}}"#,
     ]);
-    // Get: the next resync (2 s here) reads the new content.
+    // Get: the next resync (2 s here) reads the new content. The bound only catches "never":
+    // generous for a loaded machine, yet with the 8 s below well inside the Cache strategy's
+    // 1 min TTL, which the check after it relies on.
     loop {
         if value(&get_env, &get_pod).await == "2" {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(20), "Get did not update");
+        assert!(t.elapsed() < Duration::from_secs(30), "Get did not update");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    println!("Get strategy: update -> file in {:?}", t.elapsed());
     // Cache: resyncs keep reusing the GET result for its TTL (1 min), so after several resync
     // periods the file still has the old content.
     tokio::time::sleep(Duration::from_secs(8)).await;

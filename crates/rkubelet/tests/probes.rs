@@ -78,14 +78,79 @@ async fn failing_liveness_probes_restart_the_container() {
         "restarted after the tcp liveness probe failed",
         |p| Some(status_of(p)).filter(|s| s.restart_count >= 1),
     );
-    // Restarts keep coming and the count only grows (under CrashLoopBackOff between them).
-    let mut last = 0;
-    for _ in 0..20 {
-        let n = status_of(&env.pod("exec").unwrap()).restart_count;
-        assert!(n >= last, "restartCount went from {last} to {n}");
-        last = n;
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    // Restarts keep coming: each new instance is probed too, fails again 3 s in, and is
+    // killed and restarted; the count never goes back. (Whether later restarts wait in
+    // CrashLoopBackOff is liveness_restarts_back_off_as_upstream.)
+    let first_restart = s.container_id.clone();
+    // wait_pod takes a plain Fn: what the polls saw goes into a cell.
+    let last = std::cell::Cell::new(s.restart_count);
+    let again = env.wait_pod(
+        "exec",
+        Duration::from_secs(60),
+        "restarted a second time by the liveness probe",
+        |p| {
+            let s = status_of(p);
+            let n = s.restart_count;
+            assert!(
+                n >= last.get(),
+                "restartCount went from {} to {n}",
+                last.get()
+            );
+            last.set(n);
+            (n >= 2 && s.state.as_ref()?.running.is_some()).then_some(s)
+        },
+    );
+    assert_ne!(
+        again.container_id, first_restart,
+        "a new instance: {again:?}"
+    );
+    let last = again.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 137, "killed again by the probe: {last:?}");
+}
+
+/// Upstream's doBackOff looks at the newest *exited* instance of the container, also when the
+/// newest one is still running and about to be killed for its liveness probe: the first two
+/// liveness restarts come at once, the third waits in CrashLoopBackOff (the second instance
+/// exited less than the 10 s initial back-off before it).
+#[tokio::test]
+async fn liveness_restarts_back_off_as_upstream() {
+    let mut env = Env::new(196);
+    env.start_kubelet();
+    env.write_manifest(
+        "exec.yaml",
+        &probed_pod(
+            "exec",
+            "touch /tmp/healthy; sleep 3; rm /tmp/healthy; sleep 600",
+            r#"    livenessProbe:
+      exec: {command: ["cat", "/tmp/healthy"]}
+      periodSeconds: 1
+      failureThreshold: 2
+"#,
+        ),
+    );
+    // wait_pod takes a plain Fn: the waiting reasons seen go into a cell, with the count.
+    let backoff_at = std::cell::Cell::new(None);
+    env.wait_pod("exec", Duration::from_secs(90), "a third restart", |p| {
+        let s = status_of(p);
+        let waiting = s.state.as_ref().and_then(|st| st.waiting.as_ref());
+        let reason = waiting.and_then(|w| w.reason.as_deref());
+        if reason == Some("CrashLoopBackOff") && backoff_at.get().is_none() {
+            assert!(
+                waiting
+                    .and_then(|w| w.message.as_deref())
+                    .unwrap_or("")
+                    .contains("back-off"),
+                "{s:?}"
+            );
+            backoff_at.set(Some(s.restart_count));
+        }
+        (s.restart_count >= 3).then_some(())
+    });
+    assert_eq!(
+        backoff_at.get(),
+        Some(2),
+        "CrashLoopBackOff first seen at restartCount (None: never, up to restartCount 3)"
+    );
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! client's upgraded connection to it. kubectl 1.32 first tries websockets (v5.channel.k8s.io for
 //! exec/attach, websocket-tunnelled SPDY for port-forward); containerd 1.6's streaming server
 //! refuses those, the refusal is relayed, and kubectl falls back to SPDY/3.1, which is what
-//! carries the streams here (the tests check the kubelet's log for both).
+//! carries the streams here (the tests check kubectl's own report of the fallback and the
+//! refusal it falls back on).
 
 mod common;
 
@@ -166,22 +167,39 @@ async fn kubectl_exec_commands_exit_codes_and_interactive_sessions() {
     assert!(text.contains("/dev/pts/"), "a tty inside: {text}");
     assert!(text.contains("tty-ok"), "{text}");
 
-    // What carried these: kubectl's websocket attempt was refused by the runtime and relayed,
-    // then SPDY was upgraded end to end.
-    let log = env.kubelet_log();
-    assert!(
-        log.contains("the runtime refused the upgrade") && log.contains("upgrade=\"websocket\""),
-        "websocket attempt not seen in the kubelet log"
+    // What carried these: kubectl (client-go's fallback executor, which says so at -v=4) tried
+    // websockets first, got a refusal back, and fell back to SPDY, which carried the command.
+    let (code, out, err) = kubectl_io(
+        &cp,
+        &["-v=4", "exec", "shell", "--", "echo", "via-fallback"],
+        "",
     );
-    assert!(
-        log.contains("streaming connection proxied") && log.contains("SPDY/3.1"),
-        "SPDY stream not seen in the kubelet log"
-    );
+    assert_eq!((code, out.as_str()), (0, "via-fallback\n"), "stderr: {err}");
+    assert!(err.contains("RemoteCommand fallback"), "{err}");
 
-    // The websocket protocol end to end, directly on 10250: containerd 1.6 speaks up to
-    // v4.channel.k8s.io, and the kubelet relays its handshake and frames untouched.
+    // The refusal kubectl fell back on, directly on 10250: containerd 1.6 speaks up to
+    // v4.channel.k8s.io, so a websocket offering only v5 (kubectl 1.32's offer) is refused by
+    // the runtime (403), and the kubelet relays that answer instead of upgrading.
     let cert = cp.dir.join("pki/apiserver-kubelet-client.crt");
     let key = cp.dir.join("pki/apiserver-kubelet-client.key");
+    let out = Command::new("python3")
+        .arg(repo_root().join("crates/rkubelet/tests/streaming/ws_exec.py"))
+        .arg(env.port.to_string())
+        .arg(&cert)
+        .arg(&key)
+        .arg("/exec/default/shell/main?command=true&output=1")
+        .arg("v5.channel.k8s.io")
+        .output()
+        .expect("python3");
+    let refused = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        refused.starts_with("HTTP/1.1 403 Forbidden\n") && refused.contains("\nbody="),
+        "{refused}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The websocket protocol end to end, directly on 10250: the kubelet relays the runtime's
+    // v4.channel.k8s.io handshake and frames untouched.
     let out = Command::new("python3")
         .arg(repo_root().join("crates/rkubelet/tests/streaming/ws_exec.py"))
         .arg(env.port.to_string())
@@ -366,18 +384,29 @@ async fn kubectl_port_forward_fetches_a_page() {
     let _ = child.kill();
     let _ = child.wait();
     // kubectl tried its websocket tunnel first, without `port` parameters (the tunnel names
-    // ports per SPDY stream): 400 as upstream's NewV4Options answers, and SPDY carried the
-    // forward.
-    let log = env.kubelet_log();
+    // ports per SPDY stream); the kubelet refused it with 400 as upstream's NewV4Options does
+    // (checked directly below), and client-go's fallback dialer, which says so at -v=4, went
+    // on with SPDY, which carried the forward above.
+    let mut child = kubectl_cmd(&cp, &["-v=4", "port-forward", "pod/web", ":8080"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward");
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    let _ = child.wait();
     assert!(
-        log.contains(
-            "streaming request refused path=/portForward/default/web status=400 Bad Request upgrade=\"websocket\""
-        ),
-        "websocket attempt not seen in the kubelet log"
+        line.starts_with("Forwarding from 127.0.0.1:"),
+        "{line:?} {err}"
     );
     assert!(
-        log.contains("protocol=\"SPDY/3.1 portforward.k8s.io\""),
-        "port-forward stream not seen in the kubelet log"
+        err.contains("fallback to secondary dialer"),
+        "no websocket-to-SPDY fallback: {err}"
     );
 
     // Upstream's checks before the runtime is asked.

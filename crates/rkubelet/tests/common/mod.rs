@@ -901,3 +901,24 @@ impl Env {
             .image
     }
 }
+
+impl Env {
+    /// The value of the first sample of `name` (with label `label`, when given) in the read-only
+    /// port's `/metrics`, parsed as Prometheus text; None when there is no such sample.
+    pub fn metric(&self, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
+        let (code, body) = http_get("127.0.0.1", self.ro_port, "/metrics").expect("GET /metrics");
+        assert_eq!(code, 200, "{body}");
+        let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+            .expect("Prometheus text format");
+        let sample = scrape
+            .samples
+            .into_iter()
+            .find(|m| m.metric == name && label.is_none_or(|(k, v)| m.labels.get(k) == Some(v)))?;
+        match sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        }
+    }
+}
