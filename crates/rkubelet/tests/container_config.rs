@@ -257,7 +257,7 @@ spec:
         Duration::from_secs(30),
         "CreateContainerConfigError",
         |p| {
-            let w = container_status(p, "main")
+            let w = find_container_status(p, "main")?
                 .state
                 .as_ref()?
                 .waiting

@@ -70,7 +70,7 @@ async fn hooks_run_and_are_observed_by_a_server() {
         ),
     );
     let client = env.wait_pod("client", Duration::from_secs(30), "client running", |p| {
-        let cs = container_status(p, "main");
+        let cs = find_container_status(p, "main")?;
         cs.state.as_ref()?.running.as_ref()?;
         Some(p.clone())
     });

@@ -253,7 +253,7 @@ async fn previous_reads_the_last_terminated_instance() {
         Duration::from_secs(40),
         "restarted and running",
         |p| {
-            let c = container_status(p, "main");
+            let c = find_container_status(p, "main")?;
             let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
             (c.restart_count >= 1 && running).then(|| p.clone())
         },

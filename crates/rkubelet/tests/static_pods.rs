@@ -609,7 +609,7 @@ async fn manifest_readded_while_terminating_comes_back() {
         Duration::from_secs(30),
         "running again with a new container",
         |p| {
-            let cs = container_status(p, "main");
+            let cs = find_container_status(p, "main")?;
             let running = cs.state.as_ref()?.running.is_some();
             (running && cs.container_id != container_status(&first, "main").container_id)
                 .then(|| p.clone())

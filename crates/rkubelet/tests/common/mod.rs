@@ -430,11 +430,19 @@ pub fn container_status<'a>(
     pod: &'a Pod,
     name: &str,
 ) -> &'a k8s_openapi::api::core::v1::ContainerStatus {
+    find_container_status(pod, name).unwrap_or_else(|| panic!("no status for container {name}"))
+}
+
+/// The status of container `name`, if the kubelet published one yet: what wait closures use,
+/// since a pod is listed from the moment it is admitted, before its first status.
+pub fn find_container_status<'a>(
+    pod: &'a Pod,
+    name: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.name == name))
-        .unwrap_or_else(|| panic!("no status for container {name}"))
 }
 
 /// Runs `cmd` in container `container` of `pod` through CRI ExecSync; returns the exit code and
