@@ -355,6 +355,16 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         }
         _ => crate::objects::ObjectSource::new(client.clone()),
     };
+    // Upstream's service reflector (all namespaces), only with an API client.
+    let services = match &client {
+        Some(c) => {
+            let (lister, run) =
+                crate::services::ServiceLister::start(c.clone(), cancel.child_token());
+            tasks.spawn(run.instrument(tracing::info_span!("services")));
+            lister
+        }
+        None => crate::services::ServiceLister::standalone(),
+    };
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);
     let (pleg, runtime_pods, runtime_cache) = Pleg::new(runtime.clone(), pleg_tx, health.clone());
     tasks.spawn(
@@ -380,6 +390,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
         allocatable: node_view.allocatable.clone(),
         objects,
         tokens: crate::token::TokenManager::new(client.clone()),
+        services,
     });
 
     if cfg.port != 0 {

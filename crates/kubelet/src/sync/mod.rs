@@ -60,6 +60,8 @@ pub struct SyncContext {
     pub objects: ObjectSource,
     /// Service account tokens for projected volumes (TokenRequest with the kubelet's client).
     pub tokens: crate::token::TokenManager,
+    /// Services for the containers' service environment variables (empty in standalone mode).
+    pub services: crate::services::ServiceLister,
 }
 
 /// What a worker keeps between syncs of its pod.

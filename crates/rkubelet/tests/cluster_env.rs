@@ -1,0 +1,154 @@
+//! What a real cluster's workloads need from their node, against a real kube-apiserver 1.20 and a
+//! private containerd (issue 14 item 1): service environment variables, cleared condition text,
+//! volumes of finished pods torn down, mirror pods kept while their static pod stops, and
+//! websocket log streaming.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+
+/// `KEY=value` lines of a container's log (what `env` printed) as a map.
+fn env_map(log: &str) -> BTreeMap<String, String> {
+    log.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn env_pod(name: &str, ns: &str, node: &str, links: bool) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  enableServiceLinks: {links}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", "env; echo END; {SLEEPER}"]
+    env:
+    - {{name: OWN_SERVICE_HOST, value: mine}}
+    - {{name: API, value: "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}}
+"#
+    )
+}
+
+const SERVICE: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: my-svc
+  namespace: links
+spec:
+  selector: {app: none}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+  - {name: dns, port: 53, protocol: UDP}
+"#;
+
+#[tokio::test]
+async fn containers_get_service_environment_variables() {
+    let cp = ControlPlane::up("svcenv");
+    let mut env = Env::new(186);
+    env.join(&cp, &[]);
+    cp.kubectl(&["create", "namespace", "links"]);
+    // No controller-manager here makes it.
+    cp.kubectl(&["create", "serviceaccount", "default", "-n", "links"]);
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(SERVICE));
+    // A service that shadows a variable the container sets itself, and one elsewhere.
+    cp.kubectl(&[
+        "create",
+        "service",
+        "clusterip",
+        "own",
+        "--tcp=81",
+        "-n",
+        "links",
+    ]);
+    cp.kubectl(&["create", "service", "clusterip", "elsewhere", "--tcp=82"]);
+    let svc = cp.get_json(&["service", "my-svc", "-n", "links"]).unwrap();
+    let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let master = cp.get_json(&["service", "kubernetes"]).unwrap();
+    let master_ip = master["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let master_port = master["spec"]["ports"][0]["port"].to_string();
+
+    for (name, links) in [("linked", true), ("unlinked", false)] {
+        cp.kubectl_stdin(
+            &["create", "-f", "-"],
+            Some(&env_pod(name, "links", &env.node, links)),
+        );
+    }
+    let logs = |name: &str| -> BTreeMap<String, String> {
+        let log = wait_until(
+            Duration::from_secs(60),
+            &format!("{name} printed env"),
+            || {
+                let p = cp.get_json(&["pod", name, "-n", "links"])?;
+                p["status"]["containerStatuses"][0]["state"]["running"].as_object()?;
+                let out = std::process::Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&cp.admin_kubeconfig)
+                    .args(["logs", "-n", "links", name])
+                    .output()
+                    .ok()?;
+                let s = String::from_utf8_lossy(&out.stdout).into_owned();
+                s.contains("END").then_some(s)
+            },
+        );
+        env_map(&log)
+    };
+
+    let linked = logs("linked");
+    let want_master = [
+        ("KUBERNETES_SERVICE_HOST", master_ip.clone()),
+        ("KUBERNETES_SERVICE_PORT", master_port.clone()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", master_port.clone()),
+        (
+            "KUBERNETES_PORT",
+            format!("tcp://{master_ip}:{master_port}"),
+        ),
+        ("API", format!("https://{master_ip}:{master_port}")),
+    ];
+    for (k, v) in &want_master {
+        assert_eq!(linked.get(*k), Some(v), "{k} in {linked:?}");
+    }
+    let want_links = [
+        ("MY_SVC_SERVICE_HOST", ip.clone()),
+        ("MY_SVC_SERVICE_PORT", "80".to_string()),
+        ("MY_SVC_SERVICE_PORT_HTTP", "80".to_string()),
+        ("MY_SVC_SERVICE_PORT_DNS", "53".to_string()),
+        ("MY_SVC_PORT", format!("tcp://{ip}:80")),
+        ("MY_SVC_PORT_80_TCP", format!("tcp://{ip}:80")),
+        ("MY_SVC_PORT_80_TCP_PROTO", "tcp".to_string()),
+        ("MY_SVC_PORT_80_TCP_PORT", "80".to_string()),
+        ("MY_SVC_PORT_80_TCP_ADDR", ip.clone()),
+        ("MY_SVC_PORT_53_UDP", format!("udp://{ip}:53")),
+        ("MY_SVC_PORT_53_UDP_PROTO", "udp".to_string()),
+        ("OWN_SERVICE_HOST", "mine".to_string()),
+    ];
+    for (k, v) in &want_links {
+        assert_eq!(linked.get(*k), Some(v), "{k} in {linked:?}");
+    }
+    assert!(!linked.contains_key("ELSEWHERE_SERVICE_HOST"), "{linked:?}");
+
+    // enableServiceLinks: false still gets the master service, and nothing of the namespace.
+    let unlinked = logs("unlinked");
+    for (k, v) in &want_master {
+        assert_eq!(unlinked.get(*k), Some(v), "{k} in {unlinked:?}");
+    }
+    assert!(
+        !unlinked.contains_key("MY_SVC_SERVICE_HOST"),
+        "{unlinked:?}"
+    );
+    assert_eq!(
+        unlinked.get("OWN_SERVICE_HOST").map(String::as_str),
+        Some("mine")
+    );
+}
