@@ -9,6 +9,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
+use serde_json::Value;
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn wait_json(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
+    wait_until(timeout, what, &mut f)
+}
 
 /// `KEY=value` lines of a container's log (what `env` printed) as a map.
 fn env_map(log: &str) -> BTreeMap<String, String> {
@@ -151,4 +163,44 @@ async fn containers_get_service_environment_variables() {
         unlinked.get("OWN_SERVICE_HOST").map(String::as_str),
         Some("mine")
     );
+}
+
+/// Readiness false -> true: the Ready and ContainersReady conditions lose the reason and message
+/// of their False days (upstream's two-way patch nulls them).
+#[tokio::test]
+async fn conditions_that_turn_true_lose_their_reason_and_message() {
+    let cp = ControlPlane::up("condtext");
+    let mut env = Env::new(187);
+    env.join(&cp, &[]);
+    let probe = "    readinessProbe:\n      exec: {command: [cat, /tmp/ready]}\n      periodSeconds: 1\n      failureThreshold: 1\n";
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&api_pod(
+            "flip",
+            &env.node,
+            &format!("sleep 6; touch /tmp/ready; {SLEEPER}"),
+            1,
+            probe,
+        )),
+    );
+    let unready = wait_json("flip running, not ready", Duration::from_secs(60), || {
+        let p = cp.get_json(&["pod", "flip"])?;
+        p["status"]["containerStatuses"][0]["state"]["running"].as_object()?;
+        (condition(&p, "Ready")?["status"] == "False").then_some(p)
+    });
+    for c in ["Ready", "ContainersReady"] {
+        let c = condition(&unready, c).unwrap();
+        assert_eq!(c["reason"], "ContainersNotReady", "{c}");
+        assert!(c["message"].is_string(), "{c}");
+    }
+    let ready = wait_json("flip ready", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "flip"])?;
+        (condition(&p, "Ready")?["status"] == "True").then_some(p)
+    });
+    for c in ["Ready", "ContainersReady"] {
+        let c = condition(&ready, c).unwrap();
+        assert!(c["reason"].is_null(), "stale reason: {c}");
+        assert!(c["message"].is_null(), "stale message: {c}");
+        assert!(c["lastTransitionTime"].is_string(), "{c}");
+    }
 }
