@@ -204,3 +204,72 @@ async fn conditions_that_turn_true_lose_their_reason_and_message() {
         assert!(c["lastTransitionTime"].is_string(), "{c}");
     }
 }
+
+/// Mount points below `dir`, from the host's mount table.
+fn mounts_below(dir: &std::path::Path) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = format!("{}/", dir.display());
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A Succeeded `restartPolicy: Never` pod gives its volumes back at once (its memory-backed
+/// emptyDir above all) while the object stays, and its log can still be read.
+#[tokio::test]
+async fn finished_pods_give_back_their_volumes() {
+    let cp = ControlPlane::up("finished");
+    let mut env = Env::new(188);
+    env.join(&cp, &[]);
+    let pod = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: job
+  namespace: default
+spec:
+  nodeName: {node}
+  automountServiceAccountToken: false
+  restartPolicy: Never
+  volumes:
+  - {{name: cache, emptyDir: {{medium: Memory}}}}
+  - {{name: scratch, emptyDir: {{}}}}
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", "grep /cache /proc/mounts; echo data > /cache/f; echo data > /scratch/f; sleep 2; echo done"]
+    volumeMounts:
+    - {{name: cache, mountPath: /cache}}
+    - {{name: scratch, mountPath: /scratch}}
+"#,
+        node = env.node
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod));
+    let p = wait_json("job Succeeded", Duration::from_secs(60), || {
+        let p = cp.get_json(&["pod", "job"])?;
+        (p["status"]["phase"] == "Succeeded").then_some(p)
+    });
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let pod_dir = env.root.join("pods").join(&uid);
+    let volumes = pod_dir.join("volumes/kubernetes.io~empty-dir");
+    wait_until(
+        Duration::from_secs(20),
+        "volumes of the finished pod torn down",
+        || {
+            (mounts_below(&pod_dir).is_empty()
+                && !volumes.join("cache").exists()
+                && !volumes.join("scratch").exists())
+            .then_some(())
+        },
+    );
+    assert!(
+        cp.get_json(&["pod", "job"]).is_some(),
+        "the pod object stays"
+    );
+    let log = cp.kubectl(&["logs", "job"]);
+    assert!(log.contains("tmpfs"), "the cache was a tmpfs: {log}");
+    assert!(log.contains("done"), "{log}");
+}
