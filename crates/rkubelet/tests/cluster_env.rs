@@ -273,3 +273,69 @@ spec:
     assert!(log.contains("tmpfs"), "the cache was a tmpfs: {log}");
     assert!(log.contains("done"), "{log}");
 }
+
+/// Removing a static pod's manifest keeps its mirror pod (Running) while the pod stops within its
+/// grace period (here a 6 s preStop hook); the mirror goes once the pod has terminated.
+#[tokio::test]
+async fn mirror_pods_stay_while_their_static_pod_stops() {
+    let cp = ControlPlane::up("mirrorstay");
+    let mut env = Env::new(189);
+    env.write_manifest(
+        "slow.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: slow
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {SLEEPER:?}]
+    lifecycle:
+      preStop:
+        exec: {{command: ["sleep", "6"]}}
+"#
+        ),
+    );
+    env.join(&cp, &[]);
+    let name = format!("slow-{}", env.node);
+    wait_json("mirror pod Running", Duration::from_secs(60), || {
+        let p = cp.get_json(&["pod", &name])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let static_uid = env.wait_running("slow").metadata.uid.unwrap();
+
+    let removed = std::time::Instant::now();
+    env.remove_manifest("slow.yaml");
+    // The kubelet sees the removal within a second or two (inotify, else its rescan); the
+    // preStop hook holds the pod for 6 s after that.
+    wait_until(Duration::from_secs(25), "static pod stopping", || {
+        env.kubelet_log().contains("terminating pod").then_some(())
+    });
+    let during = removed.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    let mirror = cp
+        .get_json(&["pod", &name])
+        .unwrap_or_else(|| panic!("mirror pod gone {:?} after removal", removed.elapsed()));
+    assert_eq!(mirror["status"]["phase"], "Running", "{mirror}");
+    assert!(
+        mirror["metadata"]["deletionTimestamp"].is_null(),
+        "{mirror}"
+    );
+    assert!(
+        !env.containers_of(&static_uid).await.is_empty(),
+        "the static pod is still stopping"
+    );
+
+    wait_until(Duration::from_secs(40), "mirror pod removed", || {
+        cp.get_json(&["pod", &name]).is_none().then_some(())
+    });
+    let gone = removed.elapsed();
+    assert!(
+        gone >= during + Duration::from_secs(5),
+        "mirror removed {gone:?} after the manifest, the pod began stopping at {during:?}"
+    );
+}
