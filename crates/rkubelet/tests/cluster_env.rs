@@ -339,3 +339,118 @@ spec:
         "mirror removed {gone:?} after the manifest, the pod began stopping at {during:?}"
     );
 }
+
+/// One websocket request for `path` on the kubelet's secure port, as the apiserver's kubelet
+/// client (TLS through `openssl s_client`); returns the response head and the frames received
+/// until the server closed the connection, as (opcode, payload).
+fn websocket_get(
+    cp: &ControlPlane,
+    env: &Env,
+    path: &str,
+    protocol: &str,
+) -> (String, Vec<(u8, Vec<u8>)>) {
+    use std::io::{Read, Write};
+    let pki = cp.dir.join("pki");
+    let mut child = std::process::Command::new("timeout")
+        .args(["30", "openssl", "s_client", "-quiet", "-connect"])
+        .arg(format!("127.0.0.1:{}", env.port))
+        .arg("-cert")
+        .arg(pki.join("apiserver-kubelet-client.crt"))
+        .arg("-key")
+        .arg(pki.join("apiserver-kubelet-client.key"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    drop(stdin);
+    let _ = child.wait();
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP response");
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let mut rest = &out[split + 4..];
+    let mut frames = Vec::new();
+    while rest.len() >= 2 {
+        let op = rest[0] & 0x0f;
+        let (len, at) = match rest[1] & 0x7f {
+            126 => (u16::from_be_bytes([rest[2], rest[3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(rest[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            n => (n as usize, 2),
+        };
+        frames.push((op, rest[at..at + len].to_vec()));
+        rest = &rest[at + len..];
+    }
+    (head, frames)
+}
+
+/// `containerLogs` upgraded to a websocket answers with the log, as base64 text messages
+/// (`base64.binary.k8s.io`) or binary ones (`binary.k8s.io`), then a normal close.
+#[tokio::test]
+async fn container_logs_stream_over_websockets() {
+    use base64::Engine;
+    let cp = ControlPlane::up("wslogs");
+    let mut env = Env::new(190);
+    env.join(&cp, &[]);
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&api_pod(
+            "talker",
+            &env.node,
+            &format!("echo hello; echo world; {SLEEPER}"),
+            1,
+            "",
+        )),
+    );
+    cp.wait_running("talker");
+    wait_until(Duration::from_secs(20), "talker logged", || {
+        cp.kubectl(&["logs", "talker"])
+            .contains("world")
+            .then_some(())
+    });
+    let path = "/containerLogs/default/talker/main";
+    for (protocol, base64) in [("base64.binary.k8s.io", true), ("binary.k8s.io", false)] {
+        let (head, frames) = websocket_get(&cp, &env, path, protocol);
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        assert!(
+            head.to_lowercase()
+                .contains(&format!("sec-websocket-protocol: {protocol}")),
+            "{head}"
+        );
+        assert!(head.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "{head}");
+        let (last, data) = frames.split_last().expect("frames");
+        assert_eq!(last.0, 0x8, "ends with a close frame: {frames:?}");
+        let mut log = Vec::new();
+        for (op, payload) in data {
+            if base64 {
+                assert_eq!(*op, 0x1, "text messages");
+                log.extend(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(payload)
+                        .unwrap(),
+                );
+            } else {
+                assert_eq!(*op, 0x2, "binary messages");
+                log.extend_from_slice(payload);
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&log),
+            "hello\nworld\n",
+            "{protocol}"
+        );
+    }
+}
