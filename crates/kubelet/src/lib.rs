@@ -28,6 +28,7 @@ pub mod prober;
 pub mod resources;
 pub mod runtime;
 pub mod server;
+pub mod services;
 pub mod shutdown;
 pub mod source;
 pub mod stats;

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod serve;
 pub mod streaming;
 pub mod tls;
+pub mod wsstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -355,6 +356,7 @@ async fn container_logs(
     axum::Extension(streams): axum::Extension<serve::Streams>,
     UrlPath((namespace, pod_name, container)): UrlPath<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
+    mut req: Request,
 ) -> Response {
     let opts = match parse_log_query(&q) {
         Ok(o) => o,
@@ -423,12 +425,78 @@ async fn container_logs(
             _ = gone.cancelled() => debug!(container = %id, "containerLogs client went away"),
         }
     });
+    if streaming::is_websocket(req.headers()) {
+        return websocket_logs(&mut req, &streams, r, guard);
+    }
     let stream = tokio_util::io::ReaderStream::new(r).map(move |chunk| {
         let _keep = &guard;
         chunk
     });
     let body = axum::body::Body::from_stream(stream);
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+/// The log as a websocket stream ([`wsstream`]), for clients that upgrade `containerLogs`.
+fn websocket_logs(
+    req: &mut Request,
+    streams: &serve::Streams,
+    log: tokio::io::DuplexStream,
+    guard: tokio_util::sync::DropGuard,
+) -> Response {
+    let h = req.headers();
+    let Some(key) = h
+        .get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return (
+            StatusCode::BAD_REQUEST,
+            wsstream::HandshakeError::MissingKey.to_string(),
+        )
+            .into_response();
+    };
+    let accept = wsstream::accept_key(key);
+    let offered = h
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    let (protocol, base64) = match wsstream::negotiate(offered) {
+        Ok(p) => p,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let upgrade = hyper::upgrade::on(req);
+    streams.spawn(async move {
+        let _keep = guard;
+        match upgrade.await {
+            Ok(conn) => {
+                let conn = hyper_util::rt::TokioIo::new(conn);
+                if let Err(e) = wsstream::copy(log, conn, base64).await {
+                    debug!(error = %e, "websocket log stream ended");
+                }
+            }
+            Err(e) => debug!(error = %e, "websocket upgrade failed"),
+        }
+    });
+    let mut resp = Response::new(axum::body::Body::empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let hs = resp.headers_mut();
+    hs.insert(
+        header::UPGRADE,
+        header::HeaderValue::from_static("websocket"),
+    );
+    hs.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("Upgrade"),
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&accept) {
+        hs.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    if !protocol.is_empty() {
+        hs.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            header::HeaderValue::from_static(protocol),
+        );
+    }
+    resp
 }
 
 fn secure_router(d: SecureDeps) -> Router {

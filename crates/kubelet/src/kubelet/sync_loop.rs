@@ -228,18 +228,19 @@ impl<S: PodSyncer> SyncLoop<S> {
         admission::admit(pod, &self.node_view, &active)
     }
 
-    /// The static pods that should have a mirror: wanted by their source, admitted, not deleted.
+    /// The static pods that should have a mirror: wanted by their source and admitted, or removed
+    /// but still stopping (upstream keeps the mirror until the static pod has terminated). Listed
+    /// last, a wanted pod wins over a stopping one of the same full name.
     fn publish_static_pods(&self) {
         let Some(m) = &self.mirrors else { return };
-        let pods = self
-            .pods
-            .iter()
-            .filter(|(uid, p)| {
-                podutil::is_static(p) && self.workers.phase(uid) != Some(Phase::Rejected)
-            })
-            .map(|(_, p)| p.clone())
-            .collect();
-        m.desired(pods);
+        let stopping = self
+            .workers
+            .stopping()
+            .filter(|p| podutil::is_static(p) && !self.pods.contains_key(podutil::uid(p)));
+        let wanted = self.pods.iter().filter(|(uid, p)| {
+            podutil::is_static(p) && self.workers.phase(uid) != Some(Phase::Rejected)
+        });
+        m.desired(stopping.chain(wanted.map(|(_, p)| p)).cloned().collect());
     }
 
     async fn handle_worker_event(&mut self, ev: WorkerEvent) {
@@ -264,6 +265,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 for next in self.workers.finished(&uid, pod.as_deref()) {
                     self.workers.update(next);
                 }
+                self.publish_static_pods();
             }
         }
     }

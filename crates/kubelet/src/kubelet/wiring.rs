@@ -307,6 +307,16 @@ impl Wiring<'_> {
             }
             _ => crate::objects::ObjectSource::new(api.client.clone()),
         };
+        // Upstream's service reflector (all namespaces), only with an API client.
+        let services = match &api.client {
+            Some(c) => {
+                let (lister, run) =
+                    crate::services::ServiceLister::start(c.clone(), self.cancel.child_token());
+                self.spawn(tracing::info_span!("services"), run);
+                lister
+            }
+            None => crate::services::ServiceLister::standalone(),
+        };
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
@@ -333,6 +343,7 @@ impl Wiring<'_> {
             allocatable: node_view.allocatable.clone(),
             objects,
             tokens: crate::token::TokenManager::new(api.client.clone()),
+            services,
         });
         Ok(PodRuntime {
             ctx,

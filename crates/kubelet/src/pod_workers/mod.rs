@@ -203,6 +203,17 @@ impl<S: PodSyncer> PodWorkers<S> {
         )
     }
 
+    /// Pods whose worker is still stopping them (upstream `IsPodForMirrorPodTerminatingByFullName`
+    /// asks this of the static pods): their mirror pods stay until they have terminated.
+    pub fn stopping(&self) -> impl Iterator<Item = &Arc<Pod>> {
+        self.records
+            .values()
+            .filter(|r| {
+                r.has_worker() && matches!(r.phase, Phase::Terminating { .. } | Phase::Terminated)
+            })
+            .filter_map(|r| r.pod.as_ref())
+    }
+
     /// Number of live worker tasks.
     pub fn workers(&self) -> usize {
         self.records.values().filter(|r| r.has_worker()).count()

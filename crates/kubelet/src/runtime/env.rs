@@ -28,6 +28,9 @@ pub struct EnvContext<'a> {
     pub allocatable: &'a BTreeMap<String, Quantity>,
     /// The ConfigMaps and Secrets the container's env references, fetched by the sync.
     pub objects: &'a Objects,
+    /// The service variables (upstream `getServiceEnvVarMap`, see [`crate::services`]): usable
+    /// in `$(VAR)` references and added after the container's own, which win on a clash.
+    pub services: &'a BTreeMap<String, String>,
 }
 
 /// One environment variable, in the order the container declares it.
@@ -35,8 +38,8 @@ pub type EnvVar = (String, String);
 
 /// The container's environment (upstream `makeEnvironmentVariables`): `envFrom` sources first,
 /// then `env` in declaration order, each literal value expanded against the variables declared
-/// before it (envFrom's included); a later definition of a name replaces an earlier one. Service
-/// links need the API server's services and are not added.
+/// before it (envFrom's included) and the service variables; a later definition of a name replaces
+/// an earlier one. The service variables not defined by the container come last, in name order.
 pub fn make_environment_variables(
     pod: &Pod,
     c: &Container,
@@ -110,7 +113,7 @@ pub fn make_env(pod: &Pod, c: &Container, cx: &EnvContext<'_>) -> Result<Env, Co
     for e in c.env.iter().flatten() {
         let literal = e.value.as_deref().unwrap_or("");
         let value = if !literal.is_empty() {
-            let ctx: [&dyn Lookup; 1] = [&values];
+            let ctx: [&dyn Lookup; 2] = [&values, cx.services];
             expansion::expand(literal, expansion::mapping_for(&ctx))
         } else if let Some(from) = &e.value_from {
             if let Some(f) = &from.field_ref {
@@ -164,13 +167,21 @@ pub fn make_env(pod: &Pod, c: &Container, cx: &EnvContext<'_>) -> Result<Env, Co
         };
         set(&mut order, &mut values, e.name.clone(), value);
     }
-    let vars = order
+    let mut vars: Vec<EnvVar> = order
         .into_iter()
         .map(|k| {
             let v = values.remove(&k).unwrap_or_default();
             (k, v)
         })
         .collect();
+    // Upstream appends the service variables the container does not define itself.
+    let own: std::collections::HashSet<String> = vars.iter().map(|(k, _)| k.clone()).collect();
+    vars.extend(
+        cx.services
+            .iter()
+            .filter(|(k, _)| !own.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     Ok(Env {
         vars,
         invalid_names,

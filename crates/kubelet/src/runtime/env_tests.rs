@@ -51,10 +51,12 @@ fn ctx<'a>(
         host_ips: host,
         allocatable: alloc,
         objects: &NO_OBJECTS,
+        services: &NO_SERVICES,
     }
 }
 
 static NO_OBJECTS: Objects = Objects(BTreeMap::new());
+static NO_SERVICES: BTreeMap<String, String> = BTreeMap::new();
 
 #[test]
 fn field_refs() {
@@ -477,4 +479,43 @@ fn env_var_names_as_upstream() {
     for bad in ["", "1A", "a b", "a=b", "ä"] {
         assert!(!is_env_var_name(bad), "{bad}");
     }
+}
+
+/// Upstream `makeEnvironmentVariables` with services: `$(VAR)` sees the service variables, the
+/// container's own definition wins, and the remaining service variables come after the container's.
+#[test]
+fn service_variables_expand_and_lose_to_explicit_env() {
+    let alloc = BTreeMap::new();
+    let services: BTreeMap<String, String> = [
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+        ("TEST_SERVICE_HOST", "10.0.0.3"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut cx = ctx(&alloc, &[], &[]);
+    cx.services = &services;
+    let c = Container {
+        name: "main".into(),
+        env: Some(vec![
+            env(
+                "URL",
+                "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)",
+            ),
+            env("TEST_SERVICE_HOST", "mine"),
+        ]),
+        ..Default::default()
+    };
+    let got = make_environment_variables(&pod(), &c, &cx).unwrap();
+    let want: Vec<EnvVar> = [
+        ("URL", "https://10.0.0.1:443"),
+        ("TEST_SERVICE_HOST", "mine"),
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(got, want);
 }

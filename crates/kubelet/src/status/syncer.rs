@@ -1,7 +1,8 @@
 //! Writes pod statuses to the API server (upstream `status_manager.go` `syncPod`): the newest status
 //! per pod, patched only when it changed, with the pod UID in the patch as precondition (a pod
 //! deleted and re-created under the same name is never written to by mistake), retried on the 10 s
-//! resync. Strategic merge keeps conditions owned by others (PodScheduled, readiness gates). Once a
+//! resync. Strategic merge keeps conditions owned by others (PodScheduled, readiness gates); fields a
+//! condition no longer has are sent as null so that they are cleared (see [`status_patch`]). Once a
 //! deleted pod is fully terminated, the object is deleted with grace 0, as upstream.
 
 use std::collections::BTreeMap;
@@ -28,6 +29,32 @@ pub struct PodKey {
 pub enum SyncCmd {
     Patch(PodKey, Box<PodStatus>),
     Delete(PodKey),
+}
+
+/// Optional fields of a pod condition: strategic merge merges a condition into the stored one by
+/// `type`, so one the new condition lacks would survive from the old.
+const CONDITION_OPTIONAL: &[&str] = &["reason", "message", "lastProbeTime"];
+
+/// The strategic merge patch of a pod's status, with the UID as precondition. Upstream's
+/// `PatchPodStatus` sends a two-way diff in which a field the new condition lacks is null (e.g.
+/// `reason: ContainersNotReady` of a Ready condition that turned True); this sends the whole
+/// status and nulls every optional condition field it lacks, which clears the same fields.
+pub fn status_patch(uid: &str, st: &PodStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(st).unwrap_or_default();
+    if let Some(conds) = status
+        .get_mut("conditions")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for c in conds
+            .iter_mut()
+            .filter_map(serde_json::Value::as_object_mut)
+        {
+            for f in CONDITION_OPTIONAL {
+                c.entry(*f).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    serde_json::json!({ "metadata": { "uid": uid }, "status": status })
 }
 
 /// The API-writing half of the status manager; owns the client and what is still to be written.
@@ -96,7 +123,7 @@ impl Syncer {
         let pending = std::mem::take(&mut self.pending);
         for (k, st) in pending {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &k.namespace);
-            let patch = serde_json::json!({ "metadata": { "uid": k.uid }, "status": st });
+            let patch = status_patch(&k.uid, &st);
             match api
                 .patch_status(&k.name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await
@@ -140,5 +167,48 @@ impl Syncer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    #[test]
+    fn absent_condition_fields_are_sent_as_null() {
+        let st = PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![
+                PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
+                PodCondition {
+                    type_: "ContainersReady".into(),
+                    status: "False".into(),
+                    reason: Some("ContainersNotReady".into()),
+                    message: Some("containers with unready status: [main]".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let want = serde_json::json!({
+            "metadata": { "uid": "u1" },
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    { "type": "Ready", "status": "True", "reason": null, "message": null,
+                      "lastProbeTime": null },
+                    { "type": "ContainersReady", "status": "False",
+                      "reason": "ContainersNotReady",
+                      "message": "containers with unready status: [main]",
+                      "lastProbeTime": null },
+                ],
+            },
+        });
+        assert_eq!(status_patch("u1", &st), want);
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::events::{self, EventType, Recorder};
@@ -60,6 +60,8 @@ pub struct SyncContext {
     pub objects: ObjectSource,
     /// Service account tokens for projected volumes (TokenRequest with the kubelet's client).
     pub tokens: crate::token::TokenManager,
+    /// Services for the containers' service environment variables (empty in standalone mode).
+    pub services: crate::services::ServiceLister,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -802,7 +804,29 @@ pub async fn terminate_pod(
     if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await {
         publish(ctx, state, pod, &rt).await;
     }
+    // Nothing runs any more: a finished pod whose object stays (restartPolicy Never, Succeeded)
+    // must not pin its tmpfs volumes until deletion, as upstream.
+    tear_down_volumes(ctx, pod).await;
+    state.volumes = PodVolumes::default();
     Ok(())
+}
+
+/// [`volumes::tear_down_volumes`] off the async threads. A failure is logged, not returned:
+/// cleanup after the pod's deletion and housekeeping try again.
+async fn tear_down_volumes(ctx: &SyncContext, pod: &Pod) {
+    let dir = pod_dir(ctx, pod);
+    let res = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || volumes::tear_down_volumes(&dir)
+    })
+    .await;
+    match res {
+        Ok(Ok(())) => debug!(pod = %podutil::describe(pod), "volumes torn down"),
+        Ok(Err(e)) => {
+            warn!(pod = %podutil::describe(pod), error = %e, "cannot tear down volumes of a stopped pod")
+        }
+        Err(e) => warn!(pod = %podutil::describe(pod), error = %e, "volume tear down panicked"),
+    }
 }
 
 /// Upstream `SyncTerminatedPod` plus the container/sandbox GC of a deleted pod: remove containers,

@@ -49,11 +49,23 @@ pub async fn generate(
         .collect();
     // One GET per referenced object and container start (see `objects` on the deviation).
     let objects = ctx.objects.fetch(pod, objects::env_refs(c)).await;
+    // Upstream defaults `enableServiceLinks` to true in the API server; a pod object read from a
+    // file may lack it.
+    let links = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true);
+    let services = ctx
+        .services
+        .env_var_map(podutil::namespace(pod), links)
+        .map_err(|e| config_error(e.to_string()))?;
     let cx = EnvContext {
         pod_ips,
         host_ips: &host_ips,
         allocatable: &ctx.allocatable,
         objects: &objects,
+        services: &services,
     };
     let env = env::make_env(pod, c, &cx).map_err(|e| config_error(e.0))?;
     for message in env.invalid_names {

@@ -433,6 +433,24 @@ pub fn tear_down_pod(pod_dir: &Path) -> Result<(), VolumeError> {
     }
 }
 
+/// Upstream's volume manager for a terminated pod (the desired state of world drops its volumes,
+/// `keepTerminatedPodVolumes` false; `SyncTerminatedPod` waits for the unmount): unmounts
+/// everything below `pod_dir`, then removes the volume and subPath directories, once nothing is
+/// mounted there. The pod directory itself stays until the pod is deleted (etc-hosts, termination
+/// messages), as do the container logs.
+pub fn tear_down_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
+    tear_down_pod(pod_dir)?;
+    for sub in ["volumes", mounts::SUBPATHS_DIR] {
+        let dir = pod_dir.join(sub);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove volume directory", &dir)(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Tears the pod's volumes down, then removes its directory. The directory is removed only once
 /// nothing is mounted below it, so a volume's content (a hostPath's above all) is never deleted
 /// through a mount.
