@@ -1,7 +1,7 @@
 //! `computePodActions` (upstream `kuberuntime_manager.go`): the pure decision of what a sync must do
 //! to move the runtime towards the pod spec. No I/O here, so every rule has a table test.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -44,9 +44,13 @@ pub struct PodActions {
     /// started as it is and its restart count stays. Beyond upstream, which replaces it.
     pub start_existing: BTreeMap<String, String>,
     /// IDs of `Created` instances that will never be started (spec changed, older sandbox, not
-    /// the newest instance, or the pod is being stopped): removed, so an interrupted start leaks
-    /// nothing.
-    pub created_to_remove: Vec<String>,
+    /// the newest instance, or the pod is being stopped), and of instances whose start was
+    /// cancelled half-way: removed, so an interrupted start leaks nothing.
+    pub interrupted_to_remove: Vec<String>,
+    /// Containers to start (by name) whose newest instance never ran because its start was
+    /// cancelled (the kubelet died during StartContainer; containerd then marks it exited with a
+    /// `StartError` of "context canceled"): the replacement keeps its restart count.
+    pub replace_uncounted: BTreeSet<String>,
 }
 
 fn should_restart_on_failure(pod: &Pod) -> bool {

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::PodActions;
-use crate::container::{ContainerState, PodRuntimeStatus};
+use crate::container::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::podutil;
 use crate::runtime::labels;
 
@@ -14,6 +14,16 @@ use crate::runtime::labels;
 /// container about to be started is started as it is when its spec hash still matches and it was
 /// created in the current sandbox (not before it: an older attempt's container has the old
 /// sandbox's namespaces); every other `Created` instance is removed.
+/// An instance that never ran because its StartContainer was cancelled: containerd records such
+/// a start as exited with reason `StartError` and the cancelled context in the message. A start
+/// that failed for a reason of its own (a missing binary) keeps counting, as upstream.
+fn start_cancelled(s: &ContainerStatus) -> bool {
+    s.state == ContainerState::Exited
+        && s.started_at == 0
+        && s.reason == "StartError"
+        && s.message.contains("context canceled")
+}
+
 pub(super) fn dispositions(pod: &Pod, status: &PodRuntimeStatus, a: &mut PodActions) {
     let inits = podutil::init_containers(pod);
     let containers = podutil::containers(pod);
@@ -29,11 +39,16 @@ pub(super) fn dispositions(pod: &Pod, status: &PodRuntimeStatus, a: &mut PodActi
         .collect();
     let current = status.sandboxes.first();
     for (n, s) in status.containers.iter().enumerate() {
+        let newest = status.containers[..n].iter().all(|o| o.name != s.name);
+        let spec = to_start.iter().find(|c| c.name == s.name);
+        if newest && spec.is_some() && start_cancelled(s) {
+            a.replace_uncounted.insert(s.name.clone());
+            a.interrupted_to_remove.push(s.id.clone());
+            continue;
+        }
         if s.state != ContainerState::Created {
             continue;
         }
-        let newest = status.containers[..n].iter().all(|o| o.name != s.name);
-        let spec = to_start.iter().find(|c| c.name == s.name);
         let in_current_sandbox = !a.create_sandbox
             && !a.kill_pod
             && current.is_some_and(|sb| s.created_at >= sb.created_at);
@@ -44,7 +59,7 @@ pub(super) fn dispositions(pod: &Pod, status: &PodRuntimeStatus, a: &mut PodActi
             // Not to be started now (e.g. initialization not reached it yet) and still the
             // one to start later: left alone.
             None if newest && in_current_sandbox => {}
-            _ => a.created_to_remove.push(s.id.clone()),
+            _ => a.interrupted_to_remove.push(s.id.clone()),
         }
     }
 }
@@ -57,7 +72,7 @@ mod tests {
 
     use super::super::compute_pod_actions;
     use super::*;
-    use crate::container::{ContainerStatus, SandboxStatus};
+    use crate::container::SandboxStatus;
     use crate::prober::ProbeResults;
     use ContainerState::*;
 
@@ -213,6 +228,36 @@ mod tests {
                 &[0],
             ),
             (
+                "start cancelled by a kubelet crash: replaced, not counted, removed",
+                pod(&[], &["a"]),
+                true,
+                |p| {
+                    let mut c = ctr(p, "c1", "a", Exited, 150, false);
+                    c.reason = "StartError".into();
+                    c.message = "failed to start containerd task: context canceled".into();
+                    vec![c]
+                },
+                &[],
+                &["c1"],
+                &[0],
+                &[],
+            ),
+            (
+                "a start that failed on its own still counts",
+                pod(&[], &["a"]),
+                true,
+                |p| {
+                    let mut c = ctr(p, "c1", "a", Exited, 150, false);
+                    c.reason = "StartError".into();
+                    c.message = "exec: \"nope\": executable file not found in $PATH".into();
+                    vec![c]
+                },
+                &[],
+                &[],
+                &[0],
+                &[],
+            ),
+            (
                 "nothing Created: no change to the usual decision",
                 pod(&[], &["a"]),
                 true,
@@ -232,7 +277,13 @@ mod tests {
             };
             let a = compute_pod_actions(&p, &status, &ProbeResults::default());
             assert_eq!(a.start_existing, existing(want_existing), "{name}");
-            assert_eq!(a.created_to_remove, want_removed, "{name}");
+            assert_eq!(a.interrupted_to_remove, want_removed, "{name}");
+            let cancelled = name.starts_with("start cancelled");
+            assert_eq!(
+                a.replace_uncounted.contains("a"),
+                cancelled,
+                "{name}: replace_uncounted"
+            );
             assert_eq!(a.containers_to_start, want_start, "{name}");
             assert_eq!(a.init_containers_to_start, want_init, "{name}");
         }

@@ -544,13 +544,18 @@ async fn execute(
             ContainerKind::Ephemeral => "ephemeral_container",
         };
         // An interrupted start's container is started as it is and keeps its restart count.
+        // A start cancelled half-way is replaced without counting a restart either.
         let existing = actions.start_existing.get(&c.name);
+        let uncounted = existing.is_some() || actions.replace_uncounted.contains(&c.name);
         let restart_count = restart_counts
             .get(c.name.as_str())
-            .map(|&n| if existing.is_some() { n } else { n + 1 })
+            .map(|&n| if uncounted { n } else { n + 1 })
             .unwrap_or(0);
         let res = match existing {
-            Some(id) => start_existing(ctx, pod, c, kind, id, restart_count, &ip).await,
+            Some(id) => {
+                info!(pod = %who, container = %c.name, id = %id, "starting the container an interrupted start created");
+                start_existing(ctx, pod, c, kind, id, restart_count, &ip).await
+            }
             None => {
                 start_container(
                     ctx,
@@ -601,7 +606,8 @@ async fn execute(
             }
         }
     }
-    for id in &actions.created_to_remove {
+    for id in &actions.interrupted_to_remove {
+        info!(pod = %who, id = %id, "removing a container whose start was interrupted");
         if let Err(e) = ctx.runtime.remove_container(id).await {
             warn!(pod = %who, id = %id, error = %e, "failed to remove a created, never started container");
         }
