@@ -551,11 +551,24 @@ async fn execute(
             .get(c.name.as_str())
             .map(|&n| if uncounted { n } else { n + 1 })
             .unwrap_or(0);
-        let res = match existing {
-            Some(id) => {
-                info!(pod = %who, container = %c.name, id = %id, "starting the container an interrupted start created");
-                start_existing(ctx, pod, c, kind, id, restart_count, &ip).await
+        // An interrupted start's container that the runtime cannot start any more (seen with
+        // containerd: its namespaces were resolved against a sandbox state that did not last)
+        // is replaced in the same sync, still without counting a restart.
+        let mut res = None;
+        if let Some(id) = existing {
+            info!(pod = %who, container = %c.name, id = %id, "starting the container an interrupted start created");
+            match start_existing(ctx, pod, c, kind, id, restart_count, &ip).await {
+                Err(e) if e.reason == Reason::RunContainerError => {
+                    warn!(pod = %who, container = %c.name, id = %id, error = %e.message, "cannot start the container an interrupted start created; replacing it");
+                    if let Err(e) = ctx.runtime.remove_container(id).await {
+                        warn!(pod = %who, id = %id, error = %e, "failed to remove it");
+                    }
+                }
+                other => res = Some(other),
             }
+        }
+        let res = match res {
+            Some(res) => res,
             None => {
                 start_container(
                     ctx,
