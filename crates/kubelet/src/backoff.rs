@@ -410,6 +410,39 @@ mod tests {
         }
     }
 
+    /// While unreachable, a loop notices the API server's return at the first probe after it,
+    /// not at the end of its delay; a probe that never succeeds leaves the delay as it was.
+    #[tokio::test(start_paused = true)]
+    async fn probe_cuts_the_wait_short_once_the_server_is_back() {
+        let cancel = CancellationToken::new();
+        let start = tokio::time::Instant::now();
+        let back_at = start + ms(2500);
+        let probes = std::cell::Cell::new(0);
+        let probe = || {
+            probes.set(probes.get() + 1);
+            async move { tokio::time::Instant::now() >= back_at }
+        };
+        assert!(sleep_or_probe(Duration::from_secs(4), probe, &cancel).await);
+        assert_eq!(
+            start.elapsed(),
+            ms(3000),
+            "noticed at the first probe after 2.5 s"
+        );
+        assert_eq!(probes.get(), 3);
+
+        let start = tokio::time::Instant::now();
+        assert!(sleep_or_probe(ms(3500), || async { false }, &cancel).await);
+        assert_eq!(start.elapsed(), ms(3500), "down all along: the whole delay");
+
+        // The API policy: capped at 4 s plus at most half again, from 500 ms after a reset.
+        let mut r = API.retry();
+        for _ in 0..20 {
+            assert!(r.next_delay() <= ms(6000));
+        }
+        r.reset();
+        assert!(r.next_delay() <= ms(750));
+    }
+
     /// A loop driven by `Retry` and `sleep` under paused time: it waits exactly the delays, a
     /// success resets, and cancellation ends the wait at once.
     #[tokio::test(start_paused = true)]
