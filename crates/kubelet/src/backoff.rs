@@ -102,6 +102,97 @@ pub async fn sleep(d: Duration, cancel: &CancellationToken) -> bool {
     }
 }
 
+/// Every retry against the API server (watches, status writes, the Lease, node status): 500 ms
+/// doubling to 4 s, plus up to half again of jitter. The cap is low because a kubelet that comes
+/// back a minute after its API server does looks broken to the scheduler; the jitter keeps many
+/// nodes from retrying in step. Upstream's reflector uses 800 ms -> 30 s, which is what made a
+/// pod created after a long outage wait out a 30 s delay.
+pub const API: Exponential =
+    Exponential::new(Duration::from_millis(500), Duration::from_secs(4)).with_jitter(0.5);
+
+/// While a loop cannot reach the API server at all, it checks this often whether it is back
+/// (one cheap `GET /version`), so a recovered server is noticed within about a second.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Sleeps `d`, but every [`PROBE_INTERVAL`] asks `probe` whether the API server is back and returns
+/// early when it is (client-go's reflector gets the same effect from its backoff manager's short
+/// steps). False when cancelled.
+pub async fn sleep_or_probe<F, Fut>(d: Duration, mut probe: F, cancel: &CancellationToken) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + d;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        if !sleep(left.min(PROBE_INTERVAL), cancel).await {
+            return false;
+        }
+        if left > PROBE_INTERVAL && probe().await {
+            return true;
+        }
+    }
+}
+
+/// True when `e` means the API server was not reached at all (connection refused, reset, timed
+/// out), as opposed to an answer: only then is probing for its return worth a request.
+pub fn unreachable(e: &kube::Error) -> bool {
+    !matches!(e, kube::Error::Api(_))
+}
+
+/// The cheap probe: `GET /version`, readable by any authenticated client.
+pub async fn api_reachable(client: &kube::Client) -> bool {
+    client.apiserver_version().await.is_ok()
+}
+
+/// After a failed API request: waits the next delay of `retry`, cut short by a probe when the
+/// server was unreachable. False when cancelled.
+pub async fn api_wait(
+    retry: &mut Retry,
+    err: &kube::Error,
+    client: &kube::Client,
+    cancel: &CancellationToken,
+) -> bool {
+    let d = retry.next_delay();
+    if unreachable(err) {
+        sleep_or_probe(d, || api_reachable(client), cancel).await
+    } else {
+        sleep(d, cancel).await
+    }
+}
+
+/// The same for a watch: a watch that expired (410 Gone, "too old resource version") relists at
+/// once, as client-go's reflector does, instead of waiting out a delay grown during an outage;
+/// `last_gone` stops a server that keeps answering 410 from being relisted in a tight loop.
+/// `probe`: the client to probe with while unreachable; `None` for watches that are many (one per
+/// referenced object), so an outage costs one probe per second per kubelet loop, not per object.
+pub async fn watch_wait(
+    retry: &mut Retry,
+    err: &kube::runtime::watcher::Error,
+    last_gone: &mut bool,
+    probe: Option<&kube::Client>,
+    cancel: &CancellationToken,
+) -> bool {
+    use kube::runtime::watcher::Error as W;
+    let gone = matches!(err, W::WatchError(s) if s.code == 410);
+    if gone && !*last_gone {
+        *last_gone = true;
+        retry.reset();
+        return !cancel.is_cancelled();
+    }
+    *last_gone = gone;
+    match err {
+        W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => match probe {
+            Some(client) => api_wait(retry, e, client, cancel).await,
+            None => sleep(retry.next_delay(), cancel).await,
+        },
+        W::WatchError(_) | W::NoResourceVersion => sleep(retry.next_delay(), cancel).await,
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     backoff: Duration,
@@ -317,6 +408,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// While unreachable, a loop notices the API server's return at the first probe after it,
+    /// not at the end of its delay; a probe that never succeeds leaves the delay as it was.
+    #[tokio::test(start_paused = true)]
+    async fn probe_cuts_the_wait_short_once_the_server_is_back() {
+        let cancel = CancellationToken::new();
+        let start = tokio::time::Instant::now();
+        let back_at = start + ms(2500);
+        let probes = std::cell::Cell::new(0);
+        let probe = || {
+            probes.set(probes.get() + 1);
+            async move { tokio::time::Instant::now() >= back_at }
+        };
+        assert!(sleep_or_probe(Duration::from_secs(4), probe, &cancel).await);
+        assert_eq!(
+            start.elapsed(),
+            ms(3000),
+            "noticed at the first probe after 2.5 s"
+        );
+        assert_eq!(probes.get(), 3);
+
+        let start = tokio::time::Instant::now();
+        assert!(sleep_or_probe(ms(3500), || async { false }, &cancel).await);
+        assert_eq!(start.elapsed(), ms(3500), "down all along: the whole delay");
+
+        // The API policy: capped at 4 s plus at most half again, from 500 ms after a reset.
+        let mut r = API.retry();
+        for _ in 0..20 {
+            assert!(r.next_delay() <= ms(6000));
+        }
+        r.reset();
+        assert!(r.next_delay() <= ms(750));
     }
 
     /// A loop driven by `Retry` and `sleep` under paused time: it waits exactly the delays, a

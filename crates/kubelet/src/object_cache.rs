@@ -15,7 +15,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -344,7 +343,8 @@ async fn watch_object(
 }
 
 /// Follows one object; a deleted (or never created) object is NotFound, as upstream's store
-/// miss is. A failing watch keeps the last state while kube's backoff retries.
+/// miss is. A failing watch keeps the last state while it retries with [`crate::backoff::API`]
+/// (a 410 relists at once; no probe, since these watches are many).
 async fn run_watch<K>(
     api: Api<K>,
     key: Key,
@@ -355,13 +355,21 @@ async fn run_watch<K>(
     ObjectData: From<K>,
 {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", key.2));
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut stream = watcher::watcher(api, cfg).boxed();
+    let mut retry = crate::backoff::API.retry();
+    let mut last_gone = false;
+    // The task is aborted when the last reference goes; nothing else cancels its sleeps.
+    let never = CancellationToken::new();
     let not_found = || ObjectError::NotFound {
         kind: key.0,
         name: key.2.clone(),
     };
     let mut listed: Option<ObjectData> = None;
     while let Some(ev) = stream.next().await {
+        if ev.is_ok() {
+            retry.reset();
+            last_gone = false;
+        }
         let new = match ev {
             Ok(Event::Init) => {
                 listed = None;
@@ -376,6 +384,7 @@ async fn run_watch<K>(
             Ok(Event::Delete(_)) => Err(not_found()),
             Err(e) => {
                 warn!(kind = resource(key.0), namespace = %key.1, name = %key.2, error = %e, "watch failed; retrying");
+                crate::backoff::watch_wait(&mut retry, &e, &mut last_gone, None, &never).await;
                 continue;
             }
         };

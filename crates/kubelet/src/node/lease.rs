@@ -1,7 +1,11 @@
 //! The node Lease heartbeat (upstream `pkg/kubelet/nodelease` / `component-helpers` lease
 //! controller): `kube-node-lease/<node>`, 40 s duration, renewed every 10 s, owned by the Node so it
-//! is garbage-collected with it. A failed renewal is retried with backoff and logged, never fatal.
+//! is garbage-collected with it. A failed renewal is retried with backoff and logged, never fatal;
+//! while the API server is unreachable a probe each second notices its return, so the Lease is
+//! renewed at the first chance (a node whose Lease lapses is marked NotReady by the node
+//! lifecycle controller), and the status loop is told to post the node status at once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -9,8 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::Client;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::Exponential;
 
@@ -18,9 +23,11 @@ pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 pub const LEASE_DURATION_SECONDS: i32 = 40;
 /// Upstream renews at a quarter of the duration.
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
-/// Retrying a failed renewal: 200 ms doubling to 7 s (the cap is upstream's lease controller
-/// `maxBackoff`), from the start again after a success.
-const RETRY: Exponential = Exponential::new(Duration::from_millis(200), Duration::from_secs(7));
+/// Retrying a failed renewal: 200 ms doubling to 4 s with up to 50 % jitter (upstream's lease
+/// controller caps at 7 s; [`crate::backoff::API`]'s cap is used instead so every API loop
+/// recovers alike), from the start again after a success.
+const RETRY: Exponential =
+    Exponential::new(Duration::from_millis(200), Duration::from_secs(4)).with_jitter(0.5);
 
 fn now_micro() -> MicroTime {
     let us = std::time::SystemTime::now()
@@ -31,6 +38,7 @@ fn now_micro() -> MicroTime {
 }
 
 pub struct LeaseKeeper {
+    client: Client,
     api: Api<Lease>,
     node: String,
     node_uid: String,
@@ -41,7 +49,8 @@ pub struct LeaseKeeper {
 impl LeaseKeeper {
     pub fn new(client: Client, node: String, node_uid: String) -> Self {
         LeaseKeeper {
-            api: Api::namespaced(client, LEASE_NAMESPACE),
+            api: Api::namespaced(client.clone(), LEASE_NAMESPACE),
+            client,
             node,
             node_uid,
             latest: None,
@@ -117,23 +126,31 @@ impl LeaseKeeper {
         Ok(())
     }
 
-    pub async fn run(mut self, cancel: CancellationToken) {
+    /// Renews every [`RENEW_INTERVAL`]; `recovered` is notified by the first renewal after a
+    /// failure (the API server is back, and may hold a node status the controller changed).
+    pub async fn run(mut self, recovered: Arc<Notify>, cancel: CancellationToken) {
         let mut retry = RETRY.retry();
+        let mut failing = false;
         loop {
-            let wait = match self.renew().await {
+            match self.renew().await {
                 Ok(()) => {
                     debug!(node = %self.node, "lease renewed");
                     retry.reset();
-                    RENEW_INTERVAL
+                    if std::mem::take(&mut failing) {
+                        info!(node = %self.node, "lease renewed again after failures");
+                        recovered.notify_one();
+                    }
+                    if !crate::backoff::sleep(RENEW_INTERVAL, &cancel).await {
+                        return;
+                    }
                 }
                 Err(e) => {
-                    let delay = retry.next_delay();
-                    warn!(node = %self.node, error = %e, retry_in = ?delay, "failed to renew node lease");
-                    delay
+                    failing = true;
+                    warn!(node = %self.node, error = %e, "failed to renew node lease; retrying");
+                    if !crate::backoff::api_wait(&mut retry, &e, &self.client, &cancel).await {
+                        return;
+                    }
                 }
-            };
-            if !crate::backoff::sleep(wait, &cancel).await {
-                return;
             }
         }
     }

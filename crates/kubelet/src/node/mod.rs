@@ -23,10 +23,11 @@ use status::NodeSettings;
 /// Upstream defaults.
 pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
 pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
-/// Registration retries: 100 ms doubling to 7 s (upstream `registerWithAPIServer` backs off to
-/// 7 s the same way).
+/// Registration retries: 100 ms doubling to 4 s, jittered (upstream `registerWithAPIServer`
+/// caps at 7 s; [`crate::backoff::API`]'s cap is used so every API loop recovers alike).
 const REGISTER_BACKOFF: crate::backoff::Exponential =
-    crate::backoff::Exponential::new(Duration::from_millis(100), Duration::from_secs(7));
+    crate::backoff::Exponential::new(Duration::from_millis(100), Duration::from_secs(4))
+        .with_jitter(0.5);
 
 /// Owns the Node object's status; spawned once the kubelet has a client.
 pub struct NodeAgent {
@@ -47,9 +48,10 @@ impl NodeAgent {
         };
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let lease = lease::LeaseKeeper::new(self.client.clone(), self.settings.name.clone(), uid);
+        let recovered = Arc::new(tokio::sync::Notify::new());
         tokio::join!(
-            lease.run(cancel.clone()),
-            self.status_loop(node.status, cancel.clone())
+            lease.run(recovered.clone(), cancel.clone()),
+            self.status_loop(node.status, recovered, cancel.clone())
         );
     }
 
@@ -88,9 +90,8 @@ impl NodeAgent {
             match res {
                 Ok(n) => return Some(n),
                 Err(e) => {
-                    let delay = retry.next_delay();
-                    warn!(node = %self.settings.name, error = %e, retry_in = ?delay, "unable to register node with the API server");
-                    if !crate::backoff::sleep(delay, cancel).await {
+                    warn!(node = %self.settings.name, error = %e, "unable to register node with the API server; retrying");
+                    if !crate::backoff::api_wait(&mut retry, &e, &self.client, cancel).await {
                         return None;
                     }
                 }
@@ -142,7 +143,15 @@ impl NodeAgent {
         }
     }
 
-    async fn status_loop(&self, mut last: Option<NodeStatus>, cancel: CancellationToken) {
+    /// `recovered` (from the Lease loop) posts the status at once, unconditionally: during an
+    /// outage the node lifecycle controller may have set Ready=Unknown, which upstream notices by
+    /// comparing with the Node it reads; we have only our own last write to compare with.
+    async fn status_loop(
+        &self,
+        mut last: Option<NodeStatus>,
+        recovered: Arc<tokio::sync::Notify>,
+        cancel: CancellationToken,
+    ) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut last_report: Option<Instant> = None;
         let mut tick = tokio::time::interval(NODE_STATUS_UPDATE_FREQUENCY);
@@ -151,6 +160,7 @@ impl NodeAgent {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
+                _ = recovered.notified() => last_report = None,
             }
             let health = self.health().await;
             let st = status::node_status(

@@ -1,6 +1,8 @@
 //! `computePodActions` (upstream `kuberuntime_manager.go`): the pure decision of what a sync must do
 //! to move the runtime towards the pod spec. No I/O here, so every rule has a table test.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{labels, ContainerState, ContainerStatus, PodRuntimeStatus};
@@ -37,6 +39,18 @@ pub struct PodActions {
     /// Indexes into `spec.ephemeralContainers`: those never started (they never restart).
     pub ephemeral_containers_to_start: Vec<usize>,
     pub containers_to_kill: Vec<ContainerToKill>,
+    /// Containers to start (init or regular, by name) whose newest instance is `Created` in the
+    /// current sandbox with the current spec: an interrupted start, so that instance (this ID) is
+    /// started as it is and its restart count stays. Beyond upstream, which replaces it.
+    pub start_existing: BTreeMap<String, String>,
+    /// IDs of `Created` instances that will never be started (spec changed, older sandbox, not
+    /// the newest instance, or the pod is being stopped), and of instances whose start was
+    /// cancelled half-way: removed, so an interrupted start leaks nothing.
+    pub interrupted_to_remove: Vec<String>,
+    /// Containers to start (by name) whose newest instance never ran because its start was
+    /// cancelled (the kubelet died during StartContainer; containerd then marks it exited with a
+    /// `StartError` of "context canceled"): the replacement keeps its restart count.
+    pub replace_uncounted: BTreeSet<String>,
 }
 
 fn should_restart_on_failure(pod: &Pod) -> bool {
@@ -246,6 +260,17 @@ pub fn compute_pod_actions(
     status: &PodRuntimeStatus,
     probes: &ProbeResults,
 ) -> PodActions {
+    let mut a = compute_starts_and_kills(pod, status, probes);
+    created::dispositions(pod, status, &mut a);
+    a
+}
+
+/// The start and kill decisions, before [`created::dispositions`] looks at interrupted starts.
+fn compute_starts_and_kills(
+    pod: &Pod,
+    status: &PodRuntimeStatus,
+    probes: &ProbeResults,
+) -> PodActions {
     let (create_sandbox, attempt, sandbox_id) = sandbox_changed(pod, status);
     let mut a = PodActions {
         kill_pod: create_sandbox,
@@ -362,6 +387,10 @@ pub fn compute_pod_actions(
     }
     a
 }
+
+// Interrupted starts get their own file: the decision and its table.
+#[path = "actions_created.rs"]
+mod created;
 
 #[cfg(test)]
 mod tests {

@@ -291,6 +291,37 @@ impl RuntimeManager {
         Ok(id)
     }
 
+    /// StartContainer on a container found `Created` (an earlier start was interrupted between
+    /// CreateContainer and StartContainer, e.g. the kubelet was killed): it is started as it is,
+    /// keeping its restart count, instead of being replaced by a new instance. Beyond upstream,
+    /// which replaces it and counts a restart.
+    pub async fn start_existing(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        restart_count: i32,
+    ) -> Result<(), StartFailure> {
+        self.cri
+            .start_container(api::StartContainerRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .map_err(|e| StartFailure::Start(e.message()))?;
+        let log = sandbox::pod_logs_dir(&self.pod_logs_dir, pod)
+            .join(super::container::log_path(c, restart_count));
+        self.logs
+            .container_started(
+                podutil::name(pod),
+                podutil::namespace(pod),
+                &c.name,
+                id,
+                &log,
+            )
+            .await;
+        Ok(())
+    }
+
     /// StopContainer with a grace period; a container already gone counts as stopped.
     pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         match self

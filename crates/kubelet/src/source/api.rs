@@ -1,6 +1,8 @@
 //! Pod source `api` (upstream `config/apiserver.go`): list+watch of pods bound to this node
-//! (`spec.nodeName=<node>`) through kube-runtime's watcher, which re-lists on 410 Gone and backs off
-//! on errors. Sends a full snapshot after the initial list and after every change. Mirror pods are
+//! (`spec.nodeName=<node>`) through kube-runtime's watcher, which re-lists on 410 Gone. Errors back
+//! off with [`crate::backoff::API`] (capped at a few seconds, jittered, reset by any event), a 410
+//! relists at once, and while the API server is unreachable a probe notices its return within
+//! about a second ([`crate::backoff::watch_wait`]). Sends a full snapshot after the initial list and after every change. Mirror pods are
 //! not run (the kubelet owns them, as upstream): they go to the mirror pod manager instead.
 
 use std::collections::BTreeMap;
@@ -9,7 +11,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -56,9 +57,13 @@ pub async fn run(
     mirrors: MirrorHandle,
     cancel: CancellationToken,
 ) {
-    let pods: Api<Pod> = Api::all(client);
+    let pods: Api<Pod> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    let mut stream = watcher::watcher(pods, cfg).default_backoff().boxed();
+    // No kube-runtime backoff: the stream is lazy, so not polling it while `watch_wait` sleeps
+    // is the backoff.
+    let mut stream = watcher::watcher(pods, cfg).boxed();
+    let mut retry = crate::backoff::API.retry();
+    let mut last_gone = false;
     let mut store: BTreeMap<String, Pod> = BTreeMap::new();
     let mut init: BTreeMap<String, Pod> = BTreeMap::new();
     loop {
@@ -66,6 +71,10 @@ pub async fn run(
             _ = cancel.cancelled() => return,
             ev = stream.next() => match ev { Some(ev) => ev, None => return },
         };
+        if ev.is_ok() {
+            retry.reset();
+            last_gone = false;
+        }
         let changed = match ev {
             Ok(Event::Init) => {
                 init.clear();
@@ -94,6 +103,17 @@ pub async fn run(
             }
             Err(e) => {
                 warn!(error = %e, "watch of pods bound to this node failed; retrying");
+                if !crate::backoff::watch_wait(
+                    &mut retry,
+                    &e,
+                    &mut last_gone,
+                    Some(&client),
+                    &cancel,
+                )
+                .await
+                {
+                    return;
+                }
                 false
             }
         };

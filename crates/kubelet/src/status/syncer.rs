@@ -1,8 +1,11 @@
 //! Writes pod statuses to the API server (upstream `status_manager.go` `syncPod`): the newest status
 //! per pod, patched only when it changed, with the pod UID in the patch as precondition (a pod
-//! deleted and re-created under the same name is never written to by mistake), retried on the 10 s
-//! resync. Strategic merge keeps conditions owned by others (PodScheduled, readiness gates); fields a
-//! condition no longer has are sent as null so that they are cleared (see [`status_patch`]). Once a
+//! deleted and re-created under the same name is never written to by mistake). A failed write is
+//! retried with [`crate::backoff::API`] (a few seconds at most, so statuses converge soon after an
+//! outage), and while backing off new statuses are only recorded; a flush stops at the first
+//! request that did not reach the API server, so an outage costs one request per retry, not one
+//! per pod. Strategic merge keeps conditions owned by others (PodScheduled, readiness gates); fields
+//! a condition no longer has are sent as null so that they are cleared (see [`status_patch`]). Once a
 //! deleted pod is fully terminated, the object is deleted with grace 0, as upstream.
 
 use std::collections::BTreeMap;
@@ -86,20 +89,43 @@ impl Syncer {
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(RESYNC);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retry = crate::backoff::API.retry();
+        // Set while backing off after a failed flush.
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
+            let backoff = async {
+                match retry_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 cmd = self.rx.recv() => match cmd {
-                    Some(c) => self.take(c),
+                    Some(c) => {
+                        self.take(c);
+                        if retry_at.is_some() {
+                            continue;
+                        }
+                    }
                     None => return,
                 },
-                _ = tick.tick() => {}
+                _ = tick.tick() => {
+                    if retry_at.is_some() {
+                        continue;
+                    }
+                }
+                _ = backoff => retry_at = None,
             }
             // Coalesce whatever else is queued: only the newest status per pod is written.
             while let Ok(c) = self.rx.try_recv() {
                 self.take(c);
             }
-            self.flush().await;
+            if self.flush().await {
+                retry.reset();
+            } else {
+                retry_at = Some(tokio::time::Instant::now() + retry.next_delay());
+            }
         }
     }
 
@@ -119,9 +145,17 @@ impl Syncer {
         }
     }
 
-    async fn flush(&mut self) {
+    /// Writes what is pending; false when a write failed (retry after a backoff). Stops at the
+    /// first request that did not reach the API server: the rest would fail the same way.
+    async fn flush(&mut self) -> bool {
+        let mut failed = false;
+        let mut down = false;
         let pending = std::mem::take(&mut self.pending);
         for (k, st) in pending {
+            if down {
+                self.pending.insert(k, st);
+                continue;
+            }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &k.namespace);
             let patch = status_patch(&k.uid, &st);
             match api
@@ -138,12 +172,18 @@ impl Syncer {
                 }
                 Err(e) => {
                     warn!(pod = %format!("{}/{}", k.namespace, k.name), error = %e, "failed to update pod status; will retry");
+                    failed = true;
+                    down = crate::backoff::unreachable(&e);
                     self.pending.insert(k, st);
                 }
             }
         }
         let deletes = std::mem::take(&mut self.deletes);
         for (k, ()) in deletes {
+            if down {
+                self.deletes.insert(k, ());
+                continue;
+            }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &k.namespace);
             let dp = DeleteParams {
                 grace_period_seconds: Some(0),
@@ -163,10 +203,13 @@ impl Syncer {
                 }
                 Err(e) => {
                     warn!(pod = %format!("{}/{}", k.namespace, k.name), error = %e, "failed to delete pod; will retry");
+                    failed = true;
+                    down = crate::backoff::unreachable(&e);
                     self.deletes.insert(k, ());
                 }
             }
         }
+        !failed
     }
 }
 

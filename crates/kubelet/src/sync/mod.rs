@@ -545,24 +545,49 @@ async fn execute(
             ContainerKind::Init => "init_container",
             ContainerKind::Ephemeral => "ephemeral_container",
         };
+        // An interrupted start's container is started as it is and keeps its restart count.
+        // A start cancelled half-way is replaced without counting a restart either.
+        let existing = actions.start_existing.get(&c.name);
+        let uncounted = existing.is_some() || actions.replace_uncounted.contains(&c.name);
         let restart_count = restart_counts
             .get(c.name.as_str())
-            .map(|n| n + 1)
+            .map(|&n| if uncounted { n } else { n + 1 })
             .unwrap_or(0);
-        match start_container(
-            ctx,
-            state,
-            pod,
-            c,
-            kind,
-            rt,
-            &sandbox_id,
-            attempt,
-            &ip,
-            restart_count,
-        )
-        .await
-        {
+        // An interrupted start's container that the runtime cannot start any more (seen with
+        // containerd: its namespaces were resolved against a sandbox state that did not last)
+        // is replaced in the same sync, still without counting a restart.
+        let mut res = None;
+        if let Some(id) = existing {
+            info!(pod = %who, container = %c.name, id = %id, "starting the container an interrupted start created");
+            match start_existing(ctx, pod, c, kind, id, restart_count, &ip).await {
+                Err(e) if e.reason == Reason::RunContainerError => {
+                    warn!(pod = %who, container = %c.name, id = %id, error = %e.message, "cannot start the container an interrupted start created; replacing it");
+                    if let Err(e) = ctx.runtime.remove_container(id).await {
+                        warn!(pod = %who, id = %id, error = %e, "failed to remove it");
+                    }
+                }
+                other => res = Some(other),
+            }
+        }
+        let res = match res {
+            Some(res) => res,
+            None => {
+                start_container(
+                    ctx,
+                    state,
+                    pod,
+                    c,
+                    kind,
+                    rt,
+                    &sandbox_id,
+                    attempt,
+                    &ip,
+                    restart_count,
+                )
+                .await
+            }
+        };
+        match res {
             Ok(id) => {
                 // Upstream counts every start attempt past the crash-loop backoff.
                 m.started_containers
@@ -594,6 +619,12 @@ async fn execute(
                     break;
                 }
             }
+        }
+    }
+    for id in &actions.interrupted_to_remove {
+        info!(pod = %who, id = %id, "removing a container whose start was interrupted");
+        if let Err(e) = ctx.runtime.remove_container(id).await {
+            warn!(pod = %who, id = %id, error = %e, "failed to remove a created, never started container");
         }
     }
     prune_dead_containers(ctx, pod, rt).await;
@@ -741,6 +772,39 @@ async fn start_container(
             Err(StartError::new(Reason::RunContainerError, m))
         }
     }
+}
+
+/// Starts a container found `Created` (an interrupted start; see `runtime::actions`), then runs
+/// its post-start hook as for a new one.
+async fn start_existing(
+    ctx: &SyncContext,
+    pod: &Pod,
+    c: &Container,
+    kind: ContainerKind,
+    id: &str,
+    restart_count: i32,
+    ip: &str,
+) -> Result<String, StartError> {
+    let fp = kind.field_path(&c.name);
+    ctx.runtime
+        .start_existing(pod, c, id, restart_count)
+        .await
+        .map_err(|e| match e {
+            StartFailure::Create(m) | StartFailure::Start(m) => {
+                StartError::new(Reason::RunContainerError, m)
+            }
+        })?;
+    ctx.recorder.pod_event(
+        pod,
+        Some(fp),
+        EventType::Normal,
+        events::STARTED_CONTAINER,
+        format!("Started container {}", c.name),
+    );
+    hooks::post_start(ctx, pod, c, kind, id, ip)
+        .await
+        .map_err(|m| StartError::new(Reason::PostStartHookError, m))?;
+    Ok(id.to_string())
 }
 
 /// The running container an ephemeral container targets (upstream: the target's PID namespace

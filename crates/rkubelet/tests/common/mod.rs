@@ -930,3 +930,79 @@ impl Env {
         }
     }
 }
+
+impl ControlPlane {
+    /// The apiserver's port, from the admin kubeconfig's `server:` line.
+    pub fn api_port(&self) -> u16 {
+        let kc = std::fs::read_to_string(&self.admin_kubeconfig).unwrap();
+        kc.lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .and_then(|url| url.rsplit(':').next())
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .expect("server port in the admin kubeconfig")
+    }
+}
+
+/// Counts TCP connection attempts (SYNs) to a loopback port with an iptables rule of its own,
+/// removed on drop: while the apiserver is down every request a client makes is one attempt,
+/// so this is the request rate the node puts on an absent apiserver.
+pub struct SynCounter {
+    rule: Vec<String>,
+    comment: String,
+}
+
+impl SynCounter {
+    pub fn new(port: u16) -> SynCounter {
+        let comment = format!("rkt-syn-{port}-{}", std::process::id());
+        let rule: Vec<String> = [
+            "OUTPUT",
+            "-o",
+            "lo",
+            "-p",
+            "tcp",
+            "--dport",
+            &port.to_string(),
+            "--syn",
+            "-m",
+            "comment",
+            "--comment",
+            &comment,
+            "-j",
+            "ACCEPT",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let out = Command::new("iptables")
+            .arg("-I")
+            .args(&rule)
+            .output()
+            .expect("run iptables");
+        assert!(
+            out.status.success(),
+            "iptables -I: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SynCounter { rule, comment }
+    }
+
+    /// Connection attempts counted so far.
+    pub fn count(&self) -> u64 {
+        let out = Command::new("iptables")
+            .args(["-L", "OUTPUT", "-n", "-v", "-x"])
+            .output()
+            .expect("run iptables");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains(&self.comment))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for SynCounter {
+    fn drop(&mut self) {
+        let _ = Command::new("iptables").arg("-D").args(&self.rule).output();
+    }
+}
