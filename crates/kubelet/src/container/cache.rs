@@ -191,14 +191,6 @@ impl RuntimeCache {
         }
         self.get_newer_than(uid, min).await
     }
-
-    /// A reader that is always stale until its writer is dropped: for code that holds a cache
-    /// but runs without PLEG (tests of other managers).
-    pub fn detached() -> RuntimeCache {
-        let (w, _requests, r) = new();
-        drop(w);
-        r
-    }
 }
 
 #[cfg(test)]
