@@ -515,7 +515,11 @@ async fn image_errors_use_upstream_reasons() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: pullfail}\nspec:\n  containers:\n  - name: c\n    image: 127.0.0.1:1/nope:1\n",
     );
     let waiting_reason = |p: &k8s_openapi::api::core::v1::Pod| -> Option<(String, String)> {
-        let w = container_status(p, "c").state.as_ref()?.waiting.clone()?;
+        let w = find_container_status(p, "c")?
+            .state
+            .as_ref()?
+            .waiting
+            .clone()?;
         Some((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
     };
     let (reason, msg) = env.wait_pod(

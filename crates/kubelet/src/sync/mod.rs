@@ -483,6 +483,7 @@ async fn execute(
             Ok((id, ip)) => {
                 crate::metrics::get().started_pods.inc();
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
+                remove_empty_replaced_sandboxes(ctx, &who, rt, &id).await;
                 (id, actions.attempt, ip)
             }
             Err(e) => {
@@ -632,6 +633,34 @@ async fn execute(
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
     retry
+}
+
+/// Upstream's sandbox GC (`evictSandboxes`) for a live pod: a sandbox that is not ready, holds no
+/// containers and is not the newest goes (for instance one an interrupted RunPodSandbox left).
+async fn remove_empty_replaced_sandboxes(
+    ctx: &SyncContext,
+    who: &str,
+    rt: &PodRuntimeStatus,
+    newest: &str,
+) {
+    for old in rt.sandboxes.iter().filter(|s| !s.ready && s.id != newest) {
+        let listed = ctx
+            .runtime
+            .cri
+            .list_containers(rkubelet_cri::api::ListContainersRequest {
+                filter: Some(rkubelet_cri::api::ContainerFilter {
+                    pod_sandbox_id: old.id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await;
+        if !listed.is_ok_and(|l| l.containers.is_empty()) {
+            continue;
+        }
+        if let Err(e) = ctx.runtime.remove_sandbox(&old.id).await {
+            warn!(pod = %who, sandbox = %old.id, error = %e, "failed to remove replaced sandbox");
+        }
+    }
 }
 
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
