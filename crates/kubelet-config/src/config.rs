@@ -7,6 +7,7 @@
 //! warnings naming the field path; wrong types are errors), and every invalid value is reported at
 //! once with its field path. The merged tree is kept for `/configz`.
 
+pub mod cgroups;
 mod duration;
 pub mod schema;
 mod validate;
@@ -140,6 +141,8 @@ pub struct KubeletConfig {
     pub fine_grained_authz: bool,
     /// `logging.verbosity` / `-v`: klog's level, mapped onto tracing levels by the binary.
     pub log_verbosity: u32,
+    /// The container manager's settings (cgroups, reservations, node allocatable).
+    pub cgroups: cgroups::CgroupConfig,
     /// The effective `KubeletConfiguration` v1beta1 tree (defaults, file, drop-ins, flags), every
     /// field included, for `/configz`; the typed fields above are what rkubelet acts on.
     pub v1beta1: Value,
@@ -261,6 +264,7 @@ impl Default for KubeletConfig {
             enable_debugging_handlers: true,
             fine_grained_authz: true,
             log_verbosity: 0,
+            cgroups: cgroups::CgroupConfig::default(),
             v1beta1: schema::defaults_tree(),
         }
     }
@@ -438,6 +442,9 @@ fn layered(
     for p in &set {
         let status = schema::field(p).map(|f| f.status);
         match status {
+            Some(schema::Status::NotYet) if p == "evictionHard" => warnings.push(
+                "config field \"evictionHard\": no eviction manager yet; only its memory.available and nodefs.available thresholds are held back from node allocatable".into(),
+            ),
             Some(schema::Status::NotYet) => warnings.push(format!(
                 "config field {p:?} is not supported by rkubelet yet; ignored"
             )),
@@ -617,6 +624,9 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         if let Some(b) = g.bool("KubeletFineGrainedAuthz") {
             cfg.fine_grained_authz = b;
         }
+        if let Some(b) = g.bool("CustomCPUCFSQuotaPeriod") {
+            cfg.cgroups.custom_cfs_quota_period = b;
+        }
         for gate in std::mem::take(&mut g.map).into_keys() {
             warnings.push(format!(
                 "feature gate {gate:?} is not supported by rkubelet; ignored"
@@ -630,6 +640,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
             Err(e) => r.errors.push(format!("registerWithTaints: {e}")),
         }
     }
+    cgroups::read(&mut r, &mut cfg.cgroups);
     if let Some(mut l) = r.section("logging") {
         if let Some(v) = l.int("verbosity") {
             match u32::try_from(v) {
@@ -753,6 +764,30 @@ impl Reader {
             .into_iter()
             .map(|e| format!("{prefix}.{e}"))
             .collect()
+    }
+    /// A `map[string]string` (kubeReserved, evictionHard, ...).
+    fn string_map(&mut self, key: &str) -> Option<BTreeMap<String, String>> {
+        match self.take(key)? {
+            Value::Object(items) => {
+                let mut out = BTreeMap::new();
+                for (k, v) in items {
+                    match v {
+                        Value::String(s) => {
+                            out.insert(k, s);
+                        }
+                        other => self
+                            .errors
+                            .push(format!("{key}.{k}: must be a string, got {other}")),
+                    }
+                }
+                Some(out)
+            }
+            other => {
+                self.errors
+                    .push(format!("{key}: must be a mapping of strings, got {other}"));
+                None
+            }
+        }
     }
     fn string_list(&mut self, key: &str) -> Option<Vec<String>> {
         match self.take(key)? {

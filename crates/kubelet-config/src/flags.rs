@@ -241,7 +241,7 @@ pub const FLAGS: &[Spec] = &[
     flag("image-credential-provider-bin-dir", Str, NotYet),
     // KubeletConfiguration flags.
     cfg("enable-server", Bool, "enableServer", NotYet),
-    cfg("fail-swap-on", Bool, "failSwapOn", NotYet),
+    cfg("fail-swap-on", Bool, "failSwapOn", Implemented),
     cfg("pod-manifest-path", Str, "staticPodPath", Implemented),
     cfg("sync-frequency", Duration, "syncFrequency", Implemented),
     cfg("file-check-frequency", Duration, "fileCheckFrequency", Implemented),
@@ -308,9 +308,9 @@ pub const FLAGS: &[Spec] = &[
     cfg("kubelet-cgroups", Str, "kubeletCgroups", NotYet),
     cfg("system-cgroups", Str, "systemCgroups", NotYet),
     not_deprecated(cfg("provider-id", Str, "providerID", NotYet)),
-    cfg("cgroups-per-qos", Bool, "cgroupsPerQOS", NotYet),
-    cfg("cgroup-driver", Str, "cgroupDriver", NotYet),
-    cfg("cgroup-root", Str, "cgroupRoot", NotYet),
+    cfg("cgroups-per-qos", Bool, "cgroupsPerQOS", Implemented),
+    cfg("cgroup-driver", Str, "cgroupDriver", Implemented),
+    cfg("cgroup-root", Str, "cgroupRoot", Implemented),
     cfg("cpu-manager-policy", Str, "cpuManagerPolicy", NotYet),
     cfg("cpu-manager-policy-options", MapNoSplit, "cpuManagerPolicyOptions", NotYet),
     cfg("cpu-manager-reconcile-period", Duration, "cpuManagerReconcilePeriod", NotYet),
@@ -320,11 +320,11 @@ pub const FLAGS: &[Spec] = &[
     cfg("hairpin-mode", Str, "hairpinMode", Ignored),
     cfg("max-pods", Int, "maxPods", Implemented),
     cfg("pod-cidr", Str, "podCIDR", NotYet),
-    cfg("pod-max-pids", Int, "podPidsLimit", NotYet),
+    cfg("pod-max-pids", Int, "podPidsLimit", Implemented),
     cfg("resolv-conf", Str, "resolvConf", Implemented),
     cfg("runonce", Bool, "runOnce", NotYet),
-    cfg("cpu-cfs-quota", Bool, "cpuCFSQuota", NotYet),
-    cfg("cpu-cfs-quota-period", Duration, "cpuCFSQuotaPeriod", NotYet),
+    cfg("cpu-cfs-quota", Bool, "cpuCFSQuota", Implemented),
+    cfg("cpu-cfs-quota-period", Duration, "cpuCFSQuotaPeriod", Implemented),
     cfg("enable-controller-attach-detach", Bool, "enableControllerAttachDetach", NotYet),
     cfg("make-iptables-util-chains", Bool, "makeIPTablesUtilChains", Ignored),
     dep(
@@ -374,11 +374,11 @@ pub const FLAGS: &[Spec] = &[
         "topologyManagerPolicyOptions",
         NotYet,
     ),
-    cfg("system-reserved", Map, "systemReserved", NotYet),
-    cfg("kube-reserved", Map, "kubeReserved", NotYet),
-    cfg("enforce-node-allocatable", StrSlice, "enforceNodeAllocatable", NotYet),
-    cfg("system-reserved-cgroup", Str, "systemReservedCgroup", NotYet),
-    cfg("kube-reserved-cgroup", Str, "kubeReservedCgroup", NotYet),
+    cfg("system-reserved", Map, "systemReserved", Implemented),
+    cfg("kube-reserved", Map, "kubeReserved", Implemented),
+    cfg("enforce-node-allocatable", StrSlice, "enforceNodeAllocatable", Implemented),
+    cfg("system-reserved-cgroup", Str, "systemReservedCgroup", Implemented),
+    cfg("kube-reserved-cgroup", Str, "kubeReservedCgroup", Implemented),
     cfg("memory-manager-policy", Str, "memoryManagerPolicy", NotYet),
     cfg("reserved-memory", ReservedMemory, "reservedMemory", NotYet),
     cfg("register-node", Bool, "registerNode", Implemented),
@@ -835,6 +835,9 @@ pub fn markdown() -> String {
          with upstream's `unknown flag: --x`. Flags upstream deprecates print upstream's\n\
          `Flag --x has been deprecated, ...` line when used. \"Upstream removed in\" flags are kept\n\
          so 1.20-era unit files keep starting.\n\n\
+         `evictionHard` (`--eviction-hard`) is **not yet** acted on by an eviction manager, but its\n\
+         `memory.available` and `nodefs.available` thresholds are held back from node allocatable\n\
+         as upstream's `GetNodeAllocatableReservation` does.\n\n\
          Precedence as upstream: flags > `--config-dir` drop-ins (`*.conf`, lexical order, JSON\n\
          merge patch) > `--config` file > defaults (the flags' legacy defaults without `--config`:\n\
          read-only port 10255, anonymous auth on, webhook authn off, AlwaysAllow).\n\n\

@@ -48,6 +48,7 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
             format_duration(cfg.container_log_monitor_interval)
         ));
     }
+    super::cgroups::validate(&cfg.cgroups, errors);
     if !cfg.container_logs_dir.is_absolute() {
         errors.push(format!(
             "container logs dir: must be an absolute path, got {:?}",
