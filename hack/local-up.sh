@@ -16,6 +16,7 @@ STATE_DIR="$(realpath -m "${RK_LOCAL_DIR:-/tmp/rkubelet-local}")"
 INDEX="${RK_LOCAL_INDEX:-42}"
 NODE_NAME=local # static pods are named <pod>-local
 READ_ONLY_PORT=10255
+CGROUP_ROOT=/rkubelet-local # pod cgroups: /sys/fs/cgroup/<controller>/rkubelet-local/kubepods/...
 MANIFESTS="$REPO_ROOT/examples/static-pods"
 KUBELET_CONFIG="$STATE_DIR/kubelet-config.yaml"
 RKUBELET="$REPO_ROOT/target/release/rkubelet"
@@ -63,6 +64,13 @@ cmd_down() {
     # containerd.sh down kills containers and shims, unmounts everything under
     # the dir, removes the bridge and then the whole dir (kubelet root, pod logs).
     "$HACK_DIR/containerd.sh" down "$STATE_DIR"
+    # The pod cgroups rkubelet made (kubelets leave them on exit, as upstream does): empty now
+    # that containerd killed the containers; removed deepest first in every hierarchy.
+    local d
+    for d in /sys/fs/cgroup/*"$CGROUP_ROOT" /sys/fs/cgroup"$CGROUP_ROOT"; do
+        [[ -d "$d" ]] || continue
+        find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || log "warning: cgroups left under $d"
+    done
 }
 
 # Start a containerd in STATE_DIR, or reuse the one a previous run left there.
@@ -90,6 +98,8 @@ staticPodPath: $MANIFESTS
 podLogsDir: $STATE_DIR/pod-logs
 readOnlyPort: $READ_ONLY_PORT
 healthzPort: 10248
+# Its own kubepods hierarchy, so that a kubelet the host may run keeps its own.
+cgroupRoot: $CGROUP_ROOT
 EOF
 }
 

@@ -21,7 +21,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo test (unit + integration)"
 cargo test --workspace --locked --no-fail-fast
 
-# Integration tests use /tmp/rkt-* and bridges rkbr101..rkbr255; nothing of theirs may survive.
+# Integration tests use /tmp/rkt-*, cgroups /rkt-* and bridges rkbr101..rkbr255; nothing of theirs
+# may survive.
 leftovers=""
 if compgen -G "/tmp/rkt-*" >/dev/null; then leftovers+=" dirs:$(echo /tmp/rkt-*)"; fi
 if mount | grep -q '/tmp/rkt-'; then leftovers+=" mounts"; fi
@@ -29,6 +30,10 @@ if ip -o link show | grep -Eq 'rkbr(1[0-9][0-9]|2[0-5][0-9]):'; then leftovers+=
 if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
 if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
 if pgrep -f -- '/tmp/rkt-cp-' >/dev/null; then leftovers+=" control-plane"; fi
+# Each test's pod cgroups live under its own --cgroup-root /rkt-<index>-<pid>.
+if compgen -G "/sys/fs/cgroup/*/rkt-*" >/dev/null || compgen -G "/sys/fs/cgroup/rkt-*" >/dev/null; then
+    leftovers+=" cgroups:$(echo /sys/fs/cgroup/*/rkt-* /sys/fs/cgroup/rkt-* | tr ' ' '\n' | grep -v '\*' | head -5 | tr '\n' ' ')"
+fi
 if [[ -n "$leftovers" ]]; then
     die "the test suite left things behind:$leftovers"
 fi

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod backoff;
 pub mod certificate;
 pub mod clock;
+pub mod cm;
 pub mod configz;
 pub mod container;
 pub mod credentials;

@@ -84,8 +84,9 @@ pub struct LinuxResources {
 }
 
 /// Upstream `milliCPUToShares` / `milliCPUToQuota`: shares from the request (limit when no request),
-/// quota from the limit; memory limit from the memory limit.
-pub fn container_resources(c: &Container) -> LinuxResources {
+/// quota from the limit over `period_us` (`cpuCFSQuotaPeriod`); memory limit from the memory
+/// limit.
+pub fn container_resources(c: &Container, period_us: i64) -> LinuxResources {
     let res = c.resources.as_ref();
     let req = res.and_then(|r| r.requests.as_ref());
     let lim = res.and_then(|r| r.limits.as_ref());
@@ -96,10 +97,7 @@ pub fn container_resources(c: &Container) -> LinuxResources {
         Some(m) => ((m * 1024) / 1000).max(2) as i64,
     };
     let (quota, period) = match cpu_lim {
-        Some(m) if m > 0 => (
-            ((m * CPU_PERIOD_US as i128) / 1000).max(1000) as i64,
-            CPU_PERIOD_US,
-        ),
+        Some(m) if m > 0 => (((m * period_us as i128) / 1000).max(1000) as i64, period_us),
         _ => (0, 0),
     };
     let mem = milli_of(lim, "memory")
@@ -191,13 +189,13 @@ mod tests {
             vec![("cpu", "250m")],
             vec![("cpu", "500m"), ("memory", "64Mi")],
         )]);
-        let r = container_resources(&p.spec.unwrap().containers[0]);
+        let r = container_resources(&p.spec.unwrap().containers[0], CPU_PERIOD_US);
         assert_eq!(r.cpu_shares, 256);
         assert_eq!(r.cpu_quota, 50_000);
         assert_eq!(r.cpu_period, 100_000);
         assert_eq!(r.memory_limit_bytes, 64 * 1024 * 1024);
         let p = pod(vec![(vec![], vec![])]);
-        let r = container_resources(&p.spec.unwrap().containers[0]);
+        let r = container_resources(&p.spec.unwrap().containers[0], CPU_PERIOD_US);
         assert_eq!(
             r,
             LinuxResources {

@@ -224,19 +224,25 @@ fn is_sidecar(c: &Container) -> bool {
 /// Upstream `AggregateContainerRequests` (sidecar KEP-753 formula); `keep` filters resource
 /// names out of the containers' requests (upstream `removeMissingExtendedResources`).
 fn aggregate_container_requests(spec: &PodSpec, keep: &dyn Fn(&str) -> bool) -> MilliList {
-    let requests = |c: &Container| {
+    aggregate(spec, &|c| {
         let mut r = container_requests(c);
         r.retain(|name, _| keep(name));
         r
-    };
+    })
+}
+
+/// The shape upstream's `AggregateContainerRequests` and `AggregateContainerLimits` share:
+/// regular and sidecar containers summed, raised to the largest init container counted with
+/// the sidecars started before it.
+fn aggregate(spec: &PodSpec, of: &dyn Fn(&Container) -> MilliList) -> MilliList {
     let mut result = MilliList::new();
     for c in &spec.containers {
-        add_into(&mut result, &requests(c));
+        add_into(&mut result, &of(c));
     }
     let mut sidecars = MilliList::new();
     let mut init = MilliList::new();
     for c in spec.init_containers.iter().flatten() {
-        let r = requests(c);
+        let r = of(c);
         if is_sidecar(c) {
             // Runs for the pod's whole life: counts like a regular container, and every later
             // init container runs next to it.
@@ -251,6 +257,32 @@ fn aggregate_container_requests(spec: &PodSpec, keep: &dyn Fn(&str) -> bool) -> 
     }
     max_into(&mut result, &init);
     result
+}
+
+/// The pod's effective limits in the units of [`pod_requests`] (upstream `resource.PodLimits`):
+/// the containers' limits aggregated like requests, pod-level limits for the resources they
+/// may set, and `spec.overhead` added to the limits that are set (a missing limit stays
+/// unlimited).
+pub fn pod_limits(pod: &Pod) -> BTreeMap<String, i64> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeMap::new();
+    };
+    let mut limits = aggregate(spec, &|c| {
+        milli_list(c.resources.as_ref().and_then(|r| r.limits.as_ref()))
+    });
+    if let Some(res) = spec.resources.as_ref() {
+        for (name, v) in milli_list(res.limits.as_ref()) {
+            if is_pod_level_resource(&name) {
+                limits.insert(name, v);
+            }
+        }
+    }
+    for (name, v) in milli_list(spec.overhead.as_ref()) {
+        if let Some(l) = limits.get_mut(&name) {
+            *l += v;
+        }
+    }
+    to_units(&limits)
 }
 
 /// A container's requests, with its limits standing in for requests it does not name (upstream

@@ -38,6 +38,10 @@ pub enum KubeletError {
     Certificate(#[from] crate::certificate::CertError),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(#[from] crate::sysctl::AllowlistError),
+    #[error("container manager: {0}")]
+    ContainerManager(#[from] crate::cm::CmError),
+    #[error("cgroups: {0}")]
+    Cgroups(#[from] cgroups::Error),
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -150,17 +154,30 @@ pub struct Deps {
         &'static str,
         mpsc::Receiver<Vec<k8s_openapi::api::core::v1::Pod>>,
     )>,
+    /// The cgroup manager pod cgroups are made with when `cgroupsPerQOS` is on; [`run`] detects
+    /// the host's (v1 or v2, by `cgroupDriver`), tests pass an in-memory one.
+    pub cgroups: Option<Arc<dyn cgroups::CgroupManager>>,
 }
 
 /// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
 pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), KubeletError> {
     let cri = CriClient::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)?
         .with_observer(Arc::new(crate::metrics::record_runtime_operation));
+    let cgroups: Option<Arc<dyn cgroups::CgroupManager>> = if cfg.cgroups.cgroups_per_qos {
+        let driver = cgroups::Driver::parse(&cfg.cgroups.cgroup_driver)?;
+        let mgr = cgroups::detect(driver)?;
+        use cgroups::CgroupManager as _;
+        info!(version = ?mgr.version(), driver = %cfg.cgroups.cgroup_driver, "cgroups detected");
+        Some(Arc::new(mgr))
+    } else {
+        None
+    };
     run_with(
         cfg,
         Deps {
             cri,
             extra_source: None,
+            cgroups,
         },
         cancel,
     )
@@ -174,7 +191,13 @@ pub async fn run_with(
     deps: Deps,
     cancel: CancellationToken,
 ) -> Result<(), KubeletError> {
-    let Deps { cri, extra_source } = deps;
+    let Deps {
+        cri,
+        extra_source,
+        cgroups,
+    } = deps;
+    // Upstream refuses to start with swap on before anything else (`NewContainerManager`).
+    crate::cm::check_swap(&cfg.cgroups)?;
     wiring::ensure_dirs(&cfg)?;
     crate::metrics::get()
         .node_name
@@ -203,8 +226,9 @@ pub async fn run_with(
     let Some(version) = wait_for_runtime(&cri, &cancel).await else {
         return shutdown(w.tasks, cancel).await;
     };
-    let node = w.node_identity();
-    let pods = w.pod_runtime(&version, &node, &api)?;
+    let node = w.node_identity()?;
+    let cm = w.container_manager(&node, cgroups).await?;
+    let pods = w.pod_runtime(&version, &node, &api, cm)?;
     if cfg.port != 0 {
         w.secure_server(&node, &api, &stats, &pods).await?;
     }

@@ -56,6 +56,8 @@ pub struct SyncLoop<S: PodSyncer> {
     pub probe_results: watch::Sender<Arc<ProbeResults>>,
     /// The watch-based configMap/secret manager; a finished pod unregisters from it.
     pub object_cache: Option<crate::object_cache::ObjectCache>,
+    /// The container manager: QoS cgroups follow the pods, orphaned pod cgroups go.
+    pub cm: crate::cm::ContainerManager,
 }
 
 /// The loop's inputs.
@@ -309,6 +311,31 @@ impl<S: PodSyncer> SyncLoop<S> {
                 .terminate_runtime_pod(r.clone(), RUNTIME_POD_GRACE);
         }
         self.cleanup_orphaned_pod_dirs(&listing).await;
+        self.cleanup_cgroups(&listing).await;
+    }
+
+    /// Upstream `UpdateQOSCgroups` (from the pods being synced) and `cleanupOrphanedPodCgroups`:
+    /// a pod cgroup is kept while a source wants its pod, a worker handles it or the runtime
+    /// runs it.
+    async fn cleanup_cgroups(&self, listing: &RuntimePods) {
+        if !self.cm.enabled() {
+            return;
+        }
+        let active: Vec<Arc<Pod>> = self
+            .pods
+            .iter()
+            .filter(|(uid, _)| self.workers.phase(uid) == Some(Phase::Syncing))
+            .map(|(_, p)| p.clone())
+            .collect();
+        let mut keep: HashSet<String> = self.pods.keys().cloned().collect();
+        keep.extend(listing.pods.iter().map(|r| r.uid.clone()));
+        keep.extend(
+            self.workers
+                .uids()
+                .filter(|u| self.workers.has_worker(u))
+                .map(str::to_string),
+        );
+        self.cm.housekeeping(active, keep).await;
     }
 
     /// Upstream `cleanupOrphanedPodDirs`: a pod directory whose pod no source wants, no worker

@@ -24,6 +24,8 @@ const SOURCE: &str = "test";
 
 struct Harness {
     fake: FakeRuntime,
+    /// The in-memory cgroup manager pod cgroups are made with.
+    cgroups: Arc<cgroups::fake::FakeManager>,
     pods: mpsc::Sender<Vec<Pod>>,
     cancel: CancellationToken,
     kubelet: JoinHandle<()>,
@@ -60,9 +62,11 @@ impl Harness {
         );
         let (pods, rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
+        let cgroups = Arc::new(cgroups::fake::FakeManager::default());
         let deps = Deps {
             cri,
             extra_source: Some((SOURCE, rx)),
+            cgroups: Some(cgroups.clone()),
         };
         let stop = cancel.clone();
         let kubelet = tokio::spawn(async move {
@@ -70,6 +74,7 @@ impl Harness {
         });
         Harness {
             fake,
+            cgroups,
             pods,
             cancel,
             kubelet,
@@ -393,6 +398,89 @@ async fn slow_runtime_call_does_not_block_other_pods() {
     assert!(
         !h.fake.ready_sandboxes().contains(&"slow".to_string()),
         "the slow call is still pending"
+    );
+    h.stop().await;
+}
+
+/// The pod's cgroup exists, with upstream's values, before its sandbox runs, under the QoS tiers
+/// made at start; a deleted pod's cgroup goes once its sandbox is removed.
+#[tokio::test(start_paused = true)]
+async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
+    use cgroups::{CgroupManager as _, CgroupName, ResourceConfig};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let h = Harness::start().await;
+    let kubepods = CgroupName::new(["kubepods"]);
+    // The container manager starts with the kubelet, before any pod is synced.
+    let start = Instant::now();
+    while !["burstable", "besteffort"]
+        .iter()
+        .all(|t| h.cgroups.exists(&kubepods.child(*t)))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "QoS tiers made at start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        h.cgroups
+            .config(&kubepods.child("besteffort"))
+            .and_then(|c| c.cpu_shares),
+        Some(2)
+    );
+    let mut c = container("app");
+    let limits: std::collections::BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), Quantity("500m".into())),
+        ("memory".to_string(), Quantity("64Mi".into())),
+    ]
+    .into();
+    c.resources = Some(ResourceRequirements {
+        limits: Some(limits.clone()),
+        requests: Some(limits),
+        ..Default::default()
+    });
+    h.want(vec![pod("web", "uid-web", vec![c])]).await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "web", "app")
+    })
+    .await;
+    let pod_cg = kubepods.child("poduid-web");
+    let got = h.cgroups.config(&pod_cg).expect("pod cgroup exists");
+    assert_eq!(
+        got,
+        ResourceConfig {
+            cpu_shares: Some(512),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(64 << 20),
+            ..Default::default()
+        }
+    );
+    h.want(vec![]).await;
+    h.until("sandbox removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty()
+    })
+    .await;
+    let start = Instant::now();
+    while h.cgroups.exists(&pod_cg) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "pod cgroup still there: {:?}",
+            h.cgroups.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls = h.cgroups.calls();
+    let reduce = calls
+        .iter()
+        .position(|c| c.starts_with("update /kubepods/poduid-web"));
+    let destroy = calls
+        .iter()
+        .position(|c| c.starts_with("destroy /kubepods/poduid-web"));
+    assert!(
+        matches!((reduce, destroy), (Some(r), Some(d)) if r < d),
+        "cpu shares reduced once stopped, then destroyed: {calls:#?}"
     );
     h.stop().await;
 }

@@ -182,13 +182,19 @@ impl Wiring<'_> {
         Ok(())
     }
 
-    pub fn node_identity(&self) -> NodeIdentity {
+    /// The node's name, address, machine facts and allocatable (capacity less reservations and
+    /// hard eviction thresholds, upstream `GetNodeAllocatableReservation`).
+    pub fn node_identity(&self) -> Result<NodeIdentity, KubeletError> {
         let cfg = self.cfg;
         let ip = cfg.node_ip.or_else(machine::detect_node_ip);
         if ip.is_none() {
             warn!("cannot detect the node IP; pass --node-ip");
         }
-        NodeIdentity {
+        let machine = MachineInfo::read(&cfg.root_dir);
+        let capacity = node_status::capacity(cfg.max_pods, &machine);
+        let allocatable = crate::cm::allocatable::node_allocatable(&cfg.cgroups, &capacity)
+            .map_err(crate::cm::CmError::from)?;
+        Ok(NodeIdentity {
             ip,
             settings: NodeSettings {
                 name: cfg.node_name.clone(),
@@ -198,9 +204,38 @@ impl Wiring<'_> {
                 taints: cfg.register_with_taints.clone(),
                 max_pods: cfg.max_pods,
                 kubelet_port: cfg.port,
+                allocatable,
             },
-            machine: MachineInfo::read(&cfg.root_dir),
-        }
+            machine,
+        })
+    }
+
+    /// The container manager (upstream `NewContainerManager` + `Start`): kubepods limited to
+    /// node allocatable and the QoS tiers, when `cgroupsPerQOS` is on and a cgroup manager is
+    /// given; every pod operation a no-op otherwise.
+    pub async fn container_manager(
+        &self,
+        node: &NodeIdentity,
+        cgroups: Option<Arc<dyn cgroups::CgroupManager>>,
+    ) -> Result<crate::cm::ContainerManager, KubeletError> {
+        let cfg = self.cfg;
+        let memory = node.machine.memory_bytes;
+        let Some(mgr) = cgroups.filter(|_| cfg.cgroups.cgroups_per_qos) else {
+            return Ok(crate::cm::ContainerManager::disabled(memory));
+        };
+        let mut internal = node_status::capacity(cfg.max_pods, &node.machine);
+        internal.insert(
+            "pid".into(),
+            i64::try_from(node.machine.pid_max).unwrap_or(i64::MAX),
+        );
+        Ok(crate::cm::ContainerManager::start(crate::cm::Setup {
+            cfg: &cfg.cgroups,
+            cgroups: Some(mgr),
+            internal_capacity: &internal,
+            memory_capacity: memory,
+            root_dir: cfg.root_dir.clone(),
+        })
+        .await?)
     }
 
     fn dns(&self) -> DnsSettings {
@@ -262,6 +297,7 @@ impl Wiring<'_> {
         version: &api::VersionResponse,
         node: &NodeIdentity,
         api: &ApiSide,
+        cm: crate::cm::ContainerManager,
     ) -> Result<PodRuntime, KubeletError> {
         let cfg = self.cfg;
         let (log_mgr, logs) = ContainerLogManager::new(
@@ -283,6 +319,12 @@ impl Wiring<'_> {
             logs,
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             dns: self.dns(),
+            cgroup_parent: {
+                let cm = cm.clone();
+                crate::runtime::manager::CgroupParent(Arc::new(move |pod: &Pod| {
+                    cm.cgroup_parent(pod)
+                }))
+            },
         };
         // Upstream admits against the Node object; ours is what this kubelet registers (labels
         // and taints set later by an admin through the API are not seen yet).
@@ -344,6 +386,7 @@ impl Wiring<'_> {
             objects,
             tokens: crate::token::TokenManager::new(api.client.clone()),
             services,
+            cm,
         });
         Ok(PodRuntime {
             ctx,
@@ -521,6 +564,7 @@ impl Wiring<'_> {
         api: ApiSide,
     ) -> (SyncLoop<Syncer>, sync_loop::Inputs) {
         let (worker_tx, worker_events) = mpsc::unbounded_channel();
+        let cm = pods.ctx.cm.clone();
         let workers = PodWorkers::new(
             Arc::new(Syncer { ctx: pods.ctx }),
             worker_tx,
@@ -542,6 +586,7 @@ impl Wiring<'_> {
             prober: pods.prober,
             probe_results: pods.probe_results,
             object_cache: pods.object_cache,
+            cm,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,

@@ -17,6 +17,47 @@ pub struct MachineInfo {
     pub kernel_version: String,
     pub os_image: String,
     pub architecture: String,
+    /// Every hugepage size the kernel offers, with its pre-allocated pages (cAdvisor's
+    /// `HugePages` from /sys/kernel/mm/hugepages).
+    pub hugepages: Vec<HugePages>,
+    /// `/proc/sys/kernel/pid_max`: the node's `pid` capacity (upstream `internalCapacity`).
+    pub pid_max: u64,
+}
+
+/// One hugepage size and how many pages of it the kernel has reserved.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HugePages {
+    pub page_size_bytes: u64,
+    pub pages: u64,
+}
+
+/// The hugepage pools under a `/sys/kernel/mm/hugepages` style directory
+/// (`hugepages-2048kB/nr_hugepages`), sorted by size.
+pub fn read_hugepages(dir: &Path) -> Vec<HugePages> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<HugePages> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kb: u64 = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            let pages = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
+            Some(HugePages {
+                page_size_bytes: kb * 1024,
+                pages,
+            })
+        })
+        .collect();
+    out.sort_by_key(|h| h.page_size_bytes);
+    out
 }
 
 fn read_trim(path: &str) -> String {
@@ -82,6 +123,10 @@ impl MachineInfo {
                 &std::fs::read_to_string("/etc/os-release").unwrap_or_default(),
             ),
             architecture: go_arch().into(),
+            hugepages: read_hugepages(Path::new("/sys/kernel/mm/hugepages")),
+            pid_max: read_trim("/proc/sys/kernel/pid_max")
+                .parse()
+                .unwrap_or(32768),
         }
     }
 }
@@ -131,5 +176,30 @@ mod tests {
         let m = MachineInfo::read(Path::new("/"));
         assert!(m.cpus >= 1 && m.memory_bytes > 0 && m.ephemeral_storage_bytes > 0);
         assert!(!m.kernel_version.is_empty());
+        assert!(m.pid_max > 0);
+    }
+
+    #[test]
+    fn hugepage_pools() {
+        let d = tempfile::tempdir().unwrap();
+        for (name, n) in [("hugepages-1048576kB", "0\n"), ("hugepages-2048kB", "8\n")] {
+            std::fs::create_dir(d.path().join(name)).unwrap();
+            std::fs::write(d.path().join(name).join("nr_hugepages"), n).unwrap();
+        }
+        std::fs::create_dir(d.path().join("unrelated")).unwrap();
+        assert_eq!(
+            read_hugepages(d.path()),
+            vec![
+                HugePages {
+                    page_size_bytes: 2 << 20,
+                    pages: 8
+                },
+                HugePages {
+                    page_size_bytes: 1 << 30,
+                    pages: 0
+                },
+            ]
+        );
+        assert!(read_hugepages(&d.path().join("missing")).is_empty());
     }
 }

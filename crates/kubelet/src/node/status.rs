@@ -17,10 +17,6 @@ use super::machine::MachineInfo;
 
 pub use crate::types::KUBELET_VERSION;
 
-/// Upstream's default `evictionHard` thresholds, which allocatable subtracts.
-const EVICTION_MEMORY_AVAILABLE: u64 = 100 * 1024 * 1024;
-const EVICTION_NODEFS_PERCENT: u64 = 10;
-
 /// Node settings from flags and config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSettings {
@@ -31,6 +27,10 @@ pub struct NodeSettings {
     pub taints: Vec<Taint>,
     pub max_pods: u32,
     pub kubelet_port: u16,
+    /// Allocatable in upstream units (cpu millicores, bytes, counts): capacity less the
+    /// reservations and hard eviction thresholds, computed by the container manager
+    /// (`cm::allocatable::node_allocatable`) from [`capacity`].
+    pub allocatable: BTreeMap<String, i64>,
 }
 
 pub use kubelet_config::node::{parse_labels, parse_taints};
@@ -54,33 +54,91 @@ pub fn node_labels(s: &NodeSettings, m: &MachineInfo) -> BTreeMap<String, String
     l
 }
 
-/// Capacity and allocatable: allocatable holds back upstream's default hard eviction thresholds.
+/// The node's capacity in upstream units (upstream `CapacityFromMachineInfo`): cpu in
+/// millicores, memory and ephemeral storage in bytes, pods, and every hugepage size the kernel
+/// has (pre-allocated pages times their size, 0 when none).
+pub fn capacity(max_pods: u32, m: &MachineInfo) -> BTreeMap<String, i64> {
+    let mut out: BTreeMap<String, i64> = [
+        ("cpu".to_string(), i64::from(m.cpus) * 1000),
+        ("memory".to_string(), saturate(m.memory_bytes)),
+        ("pods".to_string(), i64::from(max_pods)),
+        (
+            "ephemeral-storage".to_string(),
+            saturate(m.ephemeral_storage_bytes),
+        ),
+    ]
+    .into();
+    for hp in &m.hugepages {
+        out.insert(
+            hugepage_resource(hp.page_size_bytes),
+            saturate(hp.page_size_bytes.saturating_mul(hp.pages)),
+        );
+    }
+    out
+}
+
+fn saturate(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// `hugepages-2Mi` for 2 MiB pages (upstream `HugePageResourceName`).
+pub fn hugepage_resource(page_size_bytes: u64) -> String {
+    format!("hugepages-{}", binary_si(page_size_bytes))
+}
+
+/// A byte count as Go prints a `BinarySI` quantity: the largest binary suffix that divides it.
+pub fn binary_si(bytes: u64) -> String {
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (shift, suffix) in [
+        (60, "Ei"),
+        (50, "Pi"),
+        (40, "Ti"),
+        (30, "Gi"),
+        (20, "Mi"),
+        (10, "Ki"),
+    ] {
+        if bytes.is_multiple_of(1u64 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// One resource amount as the Node object shows it: cpu in cores (or millicores), memory in
+/// Ki as cAdvisor's figures print, hugepages and storage in binary units (Go's canonical
+/// `BinarySI`), counts plain.
+fn quantity(resource: &str, amount: i64) -> Quantity {
+    let amount = amount.max(0);
+    Quantity(match resource {
+        "cpu" if amount % 1000 == 0 => (amount / 1000).to_string(),
+        "cpu" => format!("{amount}m"),
+        "memory" if amount % 1024 == 0 => format!("{}Ki", amount / 1024),
+        r if r.starts_with("hugepages-") || r == "ephemeral-storage" => binary_si(amount as u64),
+        _ => amount.to_string(),
+    })
+}
+
+/// Capacity and allocatable as the Node object shows them.
 pub fn resources(
     s: &NodeSettings,
     m: &MachineInfo,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
-    let capacity: BTreeMap<String, Quantity> = [
-        ("cpu".to_string(), Quantity(m.cpus.to_string())),
-        ("memory".to_string(), ki(m.memory_bytes)),
-        ("pods".to_string(), Quantity(s.max_pods.to_string())),
-        (
-            "ephemeral-storage".to_string(),
-            ki(m.ephemeral_storage_bytes),
-        ),
-    ]
-    .into();
-    let mut alloc = capacity.clone();
-    alloc.insert(
-        "memory".into(),
-        ki(m.memory_bytes.saturating_sub(EVICTION_MEMORY_AVAILABLE)),
-    );
-    alloc.insert(
-        "ephemeral-storage".into(),
-        Quantity(
-            (m.ephemeral_storage_bytes - m.ephemeral_storage_bytes * EVICTION_NODEFS_PERCENT / 100)
-                .to_string(),
-        ),
-    );
+    let cap = capacity(s.max_pods, m);
+    let mut capacity: BTreeMap<String, Quantity> = cap
+        .iter()
+        .map(|(k, v)| (k.clone(), quantity(k, *v)))
+        .collect();
+    // cAdvisor's memory figure is MemTotal, in KiB.
+    capacity.insert("memory".into(), ki(m.memory_bytes));
+    let alloc = cap
+        .keys()
+        .map(|k| {
+            let v = s.allocatable.get(k).copied().unwrap_or(cap[k]);
+            (k.clone(), quantity(k, v))
+        })
+        .collect();
     (capacity, alloc)
 }
 
@@ -305,6 +363,14 @@ mod tests {
             taints: parse_taints("dedicated=db:NoSchedule,gpu:NoExecute").unwrap(),
             max_pods: 110,
             kubelet_port: 10250,
+            // Upstream's defaults: 100Mi of memory and 10% of nodefs held back.
+            allocatable: [
+                ("cpu".to_string(), 2000),
+                ("memory".to_string(), (4 << 30) - (100 << 20)),
+                ("pods".to_string(), 110),
+                ("ephemeral-storage".to_string(), 90 << 30),
+            ]
+            .into(),
         }
     }
 

@@ -191,6 +191,11 @@ impl<S: PodSyncer> PodWorkers<S> {
         self.records.contains_key(uid)
     }
 
+    /// Every UID with a record.
+    pub fn uids(&self) -> impl Iterator<Item = &str> {
+        self.records.keys().map(String::as_str)
+    }
+
     pub fn has_worker(&self, uid: &str) -> bool {
         self.records.get(uid).is_some_and(PodRecord::has_worker)
     }

@@ -32,6 +32,13 @@ pub struct RunContainerOptions {
     /// An ephemeral container's `targetContainerName`, resolved to the running container's ID:
     /// it joins that container's PID namespace (upstream `TargetId` with `NamespaceMode_TARGET`).
     pub target_container_id: Option<String>,
+    /// The container's OOM score adjustment by its pod's QoS (upstream
+    /// `GetContainerOOMScoreAdjust`, from the container manager).
+    pub oom_score_adj: i64,
+    /// `cpuCFSQuota` and the CFS period in microseconds (upstream `cpuCFSQuota`,
+    /// `cpuCFSQuotaPeriod`).
+    pub cfs_quota: bool,
+    pub cfs_period_us: u64,
 }
 
 /// Container log path relative to the sandbox log directory: `<name>/<restartCount>.log`.
@@ -44,14 +51,20 @@ fn mounts(_c: &Container, opts: &RunContainerOptions) -> Vec<api::Mount> {
     opts.mounts.clone()
 }
 
-/// cpu and memory as upstream `generateLinuxContainerResources`.
-fn linux_resources(c: &Container) -> api::LinuxContainerResources {
-    let res = resources::container_resources(c);
+/// cpu, memory and OOM score as upstream `generateLinuxContainerResources`.
+fn linux_resources(c: &Container, opts: &RunContainerOptions) -> api::LinuxContainerResources {
+    let res = resources::container_resources(c, opts.cfs_period_us as i64);
+    let (cpu_quota, cpu_period) = if opts.cfs_quota {
+        (res.cpu_quota, res.cpu_period)
+    } else {
+        (0, 0)
+    };
     api::LinuxContainerResources {
-        cpu_period: res.cpu_period,
-        cpu_quota: res.cpu_quota,
+        cpu_period,
+        cpu_quota,
         cpu_shares: res.cpu_shares,
         memory_limit_in_bytes: res.memory_limit_bytes,
+        oom_score_adj: opts.oom_score_adj,
         ..Default::default()
     }
 }
@@ -106,7 +119,7 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: Some(linux_resources(c)),
+            resources: Some(linux_resources(c, opts)),
             security_context: Some(security_context),
         }),
         ..Default::default()

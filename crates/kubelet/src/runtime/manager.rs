@@ -71,6 +71,20 @@ pub struct RuntimeManager {
     pub root_dir: PathBuf,
     /// Log symlinks on start, log removal before a container is removed.
     pub logs: LogHandle,
+    /// The pod's cgroup parent (the container manager's `GetPodCgroupParent`; empty without pod
+    /// cgroups): sandboxes start in their pod's cgroup. A function, so that the runtime does not
+    /// depend on the container manager.
+    pub cgroup_parent: CgroupParent,
+}
+
+/// See [`RuntimeManager::cgroup_parent`].
+#[derive(Clone)]
+pub struct CgroupParent(pub std::sync::Arc<dyn Fn(&Pod) -> String + Send + Sync>);
+
+impl std::fmt::Debug for CgroupParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CgroupParent")
+    }
 }
 
 fn uid_filter(uid: &str) -> std::collections::HashMap<String, String> {
@@ -78,6 +92,17 @@ fn uid_filter(uid: &str) -> std::collections::HashMap<String, String> {
 }
 
 impl RuntimeManager {
+    /// The sandbox config with the pod's cgroup as its parent (upstream
+    /// `generatePodSandboxLinuxConfig` with `GetPodCgroupParent`); the same for the sandbox and
+    /// for every CreateContainer of the pod.
+    fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig, String> {
+        let mut config = sandbox::sandbox_config(pod, attempt, &self.pod_logs_dir, &self.dns)?;
+        if let Some(linux) = config.linux.as_mut() {
+            linux.cgroup_parent = (self.cgroup_parent.0)(pod);
+        }
+        Ok(config)
+    }
+
     /// Everything the runtime has for `uid`, newest first (upstream `GetPodStatus`).
     pub async fn pod_status(&self, uid: &str) -> Result<PodRuntimeStatus, RuntimeError> {
         let sandboxes = self
@@ -197,7 +222,8 @@ impl RuntimeManager {
         pod: &Pod,
         attempt: u32,
     ) -> Result<(String, String), RuntimeError> {
-        let config = sandbox::sandbox_config(pod, attempt, &self.pod_logs_dir, &self.dns)
+        let config = self
+            .sandbox_config(pod, attempt)
             .map_err(|what| RuntimeError::Config { what })?;
         tokio::fs::create_dir_all(&config.log_directory)
             .await
@@ -244,9 +270,9 @@ impl RuntimeManager {
         sandbox_id: &str,
         sandbox_attempt: u32,
     ) -> Result<String, StartFailure> {
-        let sb_config =
-            sandbox::sandbox_config(pod, sandbox_attempt, &self.pod_logs_dir, &self.dns)
-                .map_err(StartFailure::Create)?;
+        let sb_config = self
+            .sandbox_config(pod, sandbox_attempt)
+            .map_err(StartFailure::Create)?;
         if let Some(host) = termination::create_file(&self.root_dir, pod, c).await {
             config
                 .mounts

@@ -62,6 +62,8 @@ pub struct SyncContext {
     pub tokens: crate::token::TokenManager,
     /// Services for the containers' service environment variables (empty in standalone mode).
     pub services: crate::services::ServiceLister,
+    /// The container manager: pod cgroups, OOM scores, CFS settings.
+    pub cm: crate::cm::ContainerManager,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -273,6 +275,9 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             retry_after: None,
         };
     }
+    if let Some(out) = ensure_pod_cgroup(ctx, pod, &rt).await {
+        return out;
+    }
     // Upstream `WaitForAttachAndMount`: no container starts before every volume is set up; the
     // containers wait with ContainerCreating meanwhile and the worker retries.
     let node_memory = ctx
@@ -342,6 +347,53 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             (Some(r), Some(d)) => Some(r.min(d)),
             (r, d) => r.or(d),
         },
+    }
+}
+
+/// Upstream `SyncPod`'s cgroup step: the pod's cgroup exists before its sandbox starts. A pod
+/// whose containers run without their pod cgroup (it was removed, or they were started without
+/// one) is killed first, so that they start again inside it, as upstream does when it is not
+/// the pod's first sync. Returns the outcome to stop with when the step failed.
+async fn ensure_pod_cgroup(
+    ctx: &SyncContext,
+    pod: &Arc<Pod>,
+    rt: &PodRuntimeStatus,
+) -> Option<SyncOutcome> {
+    if !ctx.cm.enabled() || ctx.cm.pod_exists(pod).await {
+        return None;
+    }
+    let who = podutil::describe(pod);
+    if rt
+        .containers
+        .iter()
+        .any(|c| c.state == ContainerState::Running)
+    {
+        warn!(pod = %who, cgroup = %ctx.cm.cgroup_parent(pod), "pod cgroup is missing while its containers run; killing the pod to start it again inside one");
+        record_killing(ctx, pod, running_names(rt));
+        if let Err(e) = ctx.runtime.kill_pod(rt, grace(pod)).await {
+            warn!(pod = %who, error = %e, "cannot kill a pod without its cgroup");
+            return Some(SyncOutcome {
+                terminal: false,
+                retry_after: Some(ERROR_RETRY),
+            });
+        }
+    }
+    match ctx.cm.ensure_pod(pod).await {
+        Ok(_) => None,
+        Err(e) => {
+            warn!(pod = %who, error = %e, "cannot create the pod's cgroup");
+            ctx.recorder.pod_event(
+                pod,
+                None,
+                EventType::Warning,
+                events::FAILED_TO_CREATE_POD_CONTAINER,
+                format!("unable to ensure pod container exists: {e}"),
+            );
+            Some(SyncOutcome {
+                terminal: false,
+                retry_after: Some(ERROR_RETRY),
+            })
+        }
     }
 }
 
@@ -897,6 +949,8 @@ pub async fn terminate_pod(
     if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await {
         publish(ctx, state, pod, &rt).await;
     }
+    // Upstream `killPod`: once the containers are stopped, the pod cgroup keeps minimum shares.
+    ctx.cm.reduce_cpu_limits(pod).await;
     // Nothing runs any more: a finished pod whose object stays (restartPolicy Never, Succeeded)
     // must not pin its tmpfs volumes until deletion, as upstream.
     tear_down_volumes(ctx, pod).await;
@@ -930,7 +984,16 @@ pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeErro
     // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
     ctx.tokens.forget_pod(podutil::uid(pod));
     remove_pod_dir(ctx, &id).await;
+    remove_pod_cgroup(ctx, &id.uid).await;
     Ok(())
+}
+
+/// The pod's cgroup goes once its containers are gone (upstream destroys it in housekeeping;
+/// here at once, and housekeeping catches what fails). A failure is logged, not returned.
+pub async fn remove_pod_cgroup(ctx: &SyncContext, uid: &str) {
+    if let Err(e) = ctx.cm.destroy_pod(uid).await {
+        warn!(uid = %uid, error = %e, "cannot remove pod cgroup; housekeeping retries");
+    }
 }
 
 /// Stops whatever still runs with `grace` (a racing restart; a pod only the runtime knows) and

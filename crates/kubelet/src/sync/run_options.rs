@@ -116,5 +116,8 @@ pub async fn generate(
         image_user,
         seccomp_root: ctx.root_dir.join("seccomp"),
         target_container_id: None,
+        oom_score_adj: ctx.cm.oom_score_adj(pod, c),
+        cfs_quota: ctx.cm.cfs().0,
+        cfs_period_us: ctx.cm.cfs().1,
     })
 }

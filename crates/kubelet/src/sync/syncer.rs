@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{cleanup_pod, remove_from_runtime, remove_pod_dir, sync_pod, terminate_pod};
+use super::{
+    cleanup_pod, remove_from_runtime, remove_pod_cgroup, remove_pod_dir, sync_pod, terminate_pod,
+};
 use super::{PodState, SyncContext, SyncOutcome};
 use crate::pod_workers::PodSyncer;
 use crate::podutil;
@@ -46,6 +48,7 @@ impl PodSyncer for Syncer {
     ) -> Result<(), RuntimeError> {
         remove_from_runtime(&self.ctx, pod, grace).await?;
         remove_pod_dir(&self.ctx, pod).await;
+        remove_pod_cgroup(&self.ctx, &pod.uid).await;
         Ok(())
     }
 

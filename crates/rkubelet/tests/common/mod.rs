@@ -110,6 +110,12 @@ impl Env {
         .unwrap()
     }
 
+    /// This test's `--cgroup-root`: pod cgroups of parallel tests never share a `kubepods`, and
+    /// nothing of the host's is touched. Removed with the Env.
+    pub fn cgroup_root(&self) -> String {
+        format!("/rkt-{}-{}", self.index, std::process::id())
+    }
+
     pub fn config_path(&self) -> PathBuf {
         self.dir.join("kubelet-config.yaml")
     }
@@ -155,6 +161,7 @@ impl Env {
             .arg(&self.root)
             .arg("--hostname-override")
             .arg(&self.node)
+            .arg(format!("--cgroup-root={}", self.cgroup_root()))
             .arg("--v=4")
             // Never the host's /var/log/containers.
             .arg(format!(
@@ -384,7 +391,45 @@ impl Drop for Env {
                 }
             }
         }
+        remove_cgroup_tree(&self.cgroup_root());
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every cgroup directory at `root` (cgroupfs-style) under each mounted hierarchy, removed
+/// deepest first; containerd is down by now, so they are empty. Left-overs are reported, and
+/// hack/test.sh fails on them.
+pub fn remove_cgroup_tree(root: &str) {
+    let Ok(mounts) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for m in mounts.flatten() {
+        let top = m.path().join(root.trim_start_matches('/'));
+        if !top.is_dir() {
+            continue;
+        }
+        let mut dirs = Vec::new();
+        let mut stack = vec![top.clone()];
+        while let Some(d) = stack.pop() {
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+            dirs.push(d);
+        }
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in dirs {
+            let mut tries = 0;
+            while let Err(e) = std::fs::remove_dir(&d) {
+                tries += 1;
+                if tries > 50 || e.kind() == std::io::ErrorKind::NotFound {
+                    if tries > 50 {
+                        eprintln!("cannot remove cgroup {}: {e}", d.display());
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 }
 

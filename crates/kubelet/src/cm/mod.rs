@@ -1,0 +1,473 @@
+//! The container manager (upstream `pkg/kubelet/cm`): the node's pod cgroups. At start it refuses
+//! swap (`failSwapOn`), limits `<cgroupRoot>/kubepods` to node allocatable and creates the QoS
+//! tiers (`burstable`, `besteffort`); each pod gets `pod<uid>` under its tier before its sandbox
+//! starts (the sandbox's cgroup parent), the burstable tier's cpu shares follow its pods, a
+//! stopped pod's cpu shares drop to the minimum, and its cgroup goes with the pod.
+//! Housekeeping removes pod cgroups no pod owns any more, killing what still runs in them.
+//!
+//! A cheap handle: the cgroup manager does the file I/O (on the blocking pool), the only state
+//! kept here is the last burstable share value written. With `cgroupsPerQOS: false` every
+//! operation is a no-op and sandboxes get no cgroup parent, as upstream.
+
+pub mod allocatable;
+pub mod names;
+pub mod resources;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cgroups::{CgroupManager, CgroupName, ResourceConfig};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_config::config::cgroups::{
+    CgroupConfig, ENFORCE_KUBE_RESERVED, ENFORCE_SYSTEM_RESERVED,
+};
+use tracing::{debug, info, warn};
+
+use crate::podutil;
+use crate::resources::{pod_qos, QosClass};
+pub use allocatable::{AllocatableError, Amounts};
+pub use names::PodCgroupNames;
+pub use resources::PodCgroupPolicy;
+
+/// Errors of the container manager; start-up ones stop the kubelet, as upstream's
+/// `Failed to start ContainerManager`.
+#[derive(Debug, thiserror::Error)]
+pub enum CmError {
+    /// Upstream's message, word for word.
+    #[error("running with swap on is not supported, please disable swap! or set --fail-swap-on flag to false. /proc/swaps contained: {0:?}")]
+    SwapOn(Vec<String>),
+    #[error("reading /proc/swaps: {0}")]
+    Swaps(#[source] std::io::Error),
+    #[error(transparent)]
+    Allocatable(#[from] AllocatableError),
+    #[error("cgroup {name}: {source}")]
+    Cgroup {
+        name: String,
+        #[source]
+        source: cgroups::Error,
+    },
+    /// Upstream `enforceExistingCgroup`.
+    #[error("failed to enforce {what} cgroup limits on {cgroup:?}: {message}")]
+    Enforce {
+        what: &'static str,
+        cgroup: String,
+        message: String,
+    },
+    #[error("container manager: blocking task failed: {0}")]
+    Join(String),
+}
+
+/// Upstream `validateSwapDisabled`/the `failSwapOn` check of `NewContainerManager`.
+pub fn check_swap(cfg: &CgroupConfig) -> Result<(), CmError> {
+    if !cfg.fail_swap_on {
+        return Ok(());
+    }
+    let text = match std::fs::read_to_string("/proc/swaps") {
+        Ok(t) => t,
+        // No /proc/swaps: a kernel without swap support.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(CmError::Swaps(e)),
+    };
+    let lines = allocatable::active_swap(&text);
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(CmError::SwapOn(lines))
+    }
+}
+
+/// The cheap handle every pod worker and the SyncLoop share.
+#[derive(Clone, Debug)]
+pub struct ContainerManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// None with `cgroupsPerQOS: false`.
+    cgroups: Option<Arc<dyn CgroupManager>>,
+    names: PodCgroupNames,
+    policy: PodCgroupPolicy,
+    /// The machine's memory, for containers' OOM score adjustment.
+    memory_capacity: u64,
+    /// `<root-dir>/pods`: a pod cgroup whose pod directory remains is not an orphan yet.
+    pods_root: PathBuf,
+    /// The burstable tier's shares as last written (None before the first update).
+    burstable_shares: Mutex<Option<u64>>,
+}
+
+fn cg_err(name: &CgroupName) -> impl FnOnce(cgroups::Error) -> CmError + '_ {
+    move |source| CmError::Cgroup {
+        name: name.to_cgroupfs(),
+        source,
+    }
+}
+
+/// Runs blocking cgroup file I/O off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, CmError> + Send + 'static,
+) -> Result<T, CmError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CmError::Join(e.to_string()))?
+}
+
+/// What the container manager is built from.
+pub struct Setup<'a> {
+    pub cfg: &'a CgroupConfig,
+    /// None when `cgroupsPerQOS` is off.
+    pub cgroups: Option<Arc<dyn CgroupManager>>,
+    /// Capacity with `pid` (upstream `internalCapacity`), for the kubepods limits.
+    pub internal_capacity: &'a Amounts,
+    pub memory_capacity: u64,
+    pub root_dir: PathBuf,
+}
+
+impl ContainerManager {
+    /// Upstream `containerManagerImpl.Start` for the cgroups: node allocatable enforced on
+    /// kubepods (and on the reserved cgroups when asked), then the QoS tiers. Existing cgroups
+    /// are updated in place, so a restarted kubelet changes nothing its pods would notice.
+    pub async fn start(s: Setup<'_>) -> Result<ContainerManager, CmError> {
+        let cfg = s.cfg;
+        let driver = s
+            .cgroups
+            .as_ref()
+            .map(|c| c.driver())
+            .unwrap_or(cgroups::Driver::Cgroupfs);
+        let names = PodCgroupNames::new(&cfg.cgroup_root, driver);
+        let hugepage_sizes = s
+            .cgroups
+            .as_ref()
+            .map(|c| c.hugetlb_page_sizes())
+            .unwrap_or_default();
+        let policy = PodCgroupPolicy {
+            cfs_quota: cfg.cpu_cfs_quota,
+            cfs_period_us: cfg.effective_cfs_period().as_micros() as u64,
+            pids_limit: (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit),
+            hugepage_sizes: hugepage_sizes.clone(),
+        };
+        if let Some(mgr) = s.cgroups.clone() {
+            let kubepods = resources::kubepods_config(
+                &allocatable::kubepods_limits(cfg, s.internal_capacity)?,
+                &hugepage_sizes,
+            );
+            let reserved = reserved_enforcement(cfg)?;
+            let tiers = names.clone();
+            let sizes = hugepage_sizes.clone();
+            blocking(move || {
+                let names = tiers;
+                mgr.create(&names.kubepods, &kubepods)
+                    .map_err(cg_err(&names.kubepods))?;
+                for (what, name, config) in reserved {
+                    enforce_existing(mgr.as_ref(), what, &name, &config)?;
+                }
+                for (qos, shares) in [
+                    (QosClass::Burstable, None),
+                    (QosClass::BestEffort, Some(resources::MIN_SHARES)),
+                ] {
+                    let tier = names.qos(qos);
+                    let mut config = ResourceConfig {
+                        cpu_shares: shares,
+                        ..ResourceConfig::default()
+                    };
+                    for size in &sizes {
+                        config
+                            .hugetlb_limits
+                            .insert(*size, resources::HUGEPAGES_UNBOUNDED);
+                    }
+                    mgr.create(&tier, &config).map_err(cg_err(&tier))?;
+                }
+                Ok(())
+            })
+            .await?;
+            info!(kubepods = %names.literal(&names.kubepods), memory = ?kubepods_memory(cfg, s.internal_capacity), "pod cgroups ready: node allocatable enforced on kubepods");
+        }
+        Ok(ContainerManager {
+            inner: Arc::new(Inner {
+                cgroups: s.cgroups,
+                names,
+                policy,
+                memory_capacity: s.memory_capacity,
+                pods_root: s.root_dir.join("pods"),
+                burstable_shares: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// A manager that manages no cgroups (`cgroupsPerQOS: false`, and tests).
+    pub fn disabled(memory_capacity: u64) -> ContainerManager {
+        ContainerManager {
+            inner: Arc::new(Inner {
+                cgroups: None,
+                names: PodCgroupNames::new("", cgroups::Driver::Cgroupfs),
+                policy: PodCgroupPolicy {
+                    cfs_quota: true,
+                    cfs_period_us: 100_000,
+                    pids_limit: None,
+                    hugepage_sizes: Vec::new(),
+                },
+                memory_capacity,
+                pods_root: PathBuf::new(),
+                burstable_shares: Mutex::new(None),
+            }),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.inner.cgroups.is_some()
+    }
+
+    /// The sandbox's cgroup parent (upstream `GetPodCgroupParent`); empty without pod cgroups.
+    pub fn cgroup_parent(&self, pod: &Pod) -> String {
+        if self.enabled() {
+            self.inner.names.literal(&self.inner.names.pod(pod))
+        } else {
+            String::new()
+        }
+    }
+
+    /// The CFS settings containers get (`cpuCFSQuota`, the effective period).
+    pub fn cfs(&self) -> (bool, u64) {
+        (self.inner.policy.cfs_quota, self.inner.policy.cfs_period_us)
+    }
+
+    /// Upstream `GetContainerOOMScoreAdjust` against this machine's memory.
+    pub fn oom_score_adj(&self, pod: &Pod, c: &Container) -> i64 {
+        resources::oom_score_adj(pod, c, self.inner.memory_capacity)
+    }
+
+    /// Whether the pod's cgroup exists (always true without pod cgroups).
+    pub async fn pod_exists(&self, pod: &Pod) -> bool {
+        let Some(mgr) = self.inner.cgroups.clone() else {
+            return true;
+        };
+        let name = self.inner.names.pod(pod);
+        tokio::task::spawn_blocking(move || mgr.exists(&name))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Upstream `podContainerManagerImpl.EnsureExists`: creates the pod's cgroup with its
+    /// resource config when missing; an existing one is left as it is (a restart changes nothing
+    /// for running pods). Returns whether it was created now.
+    pub async fn ensure_pod(&self, pod: &Pod) -> Result<bool, CmError> {
+        let Some(mgr) = self.inner.cgroups.clone() else {
+            return Ok(false);
+        };
+        let name = self.inner.names.pod(pod);
+        let config = resources::resource_config_for_pod(pod, &self.inner.policy);
+        let who = podutil::describe(pod);
+        let created = blocking(move || {
+            if mgr.exists(&name) {
+                return Ok(false);
+            }
+            mgr.create(&name, &config).map_err(cg_err(&name))?;
+            Ok(true)
+        })
+        .await?;
+        if created {
+            debug!(pod = %who, cgroup = %self.cgroup_parent(pod), "pod cgroup created");
+        }
+        Ok(created)
+    }
+
+    /// Upstream `ReduceCPULimits`: a pod whose containers were stopped keeps only the minimum
+    /// cpu shares until its cgroup is removed.
+    pub async fn reduce_cpu_limits(&self, pod: &Pod) {
+        let Some(mgr) = self.inner.cgroups.clone() else {
+            return;
+        };
+        let name = self.inner.names.pod(pod);
+        let config = ResourceConfig {
+            cpu_shares: Some(resources::MIN_SHARES),
+            ..ResourceConfig::default()
+        };
+        let res = blocking(move || {
+            if mgr.exists(&name) {
+                mgr.update(&name, &config).map_err(cg_err(&name))?;
+            }
+            Ok(())
+        })
+        .await;
+        if let Err(e) = res {
+            warn!(pod = %podutil::describe(pod), error = %e, "cannot reduce the cpu limits of a stopped pod's cgroup");
+        }
+    }
+
+    /// Upstream `podContainerManagerImpl.Destroy`: kills what still runs in the pod's cgroup
+    /// (whichever QoS tier it is under) and removes it.
+    pub async fn destroy_pod(&self, uid: &str) -> Result<(), CmError> {
+        let Some(mgr) = self.inner.cgroups.clone() else {
+            return Ok(());
+        };
+        let candidates = self.inner.names.candidates(uid);
+        let uid = uid.to_string();
+        blocking(move || {
+            // Not only where `exists` (every hierarchy) holds: a cgroup half made or half
+            // removed by a crash is still removed from the hierarchies that have it.
+            for name in &candidates {
+                let killed = mgr.kill_all(name).map_err(cg_err(name))?;
+                if killed > 0 {
+                    warn!(uid = %uid, cgroup = %name.to_cgroupfs(), processes = killed, "killed processes left in a pod cgroup");
+                }
+                mgr.destroy(name).map_err(cg_err(name))?;
+                debug!(uid = %uid, cgroup = %name.to_cgroupfs(), "pod cgroup removed");
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Housekeeping (upstream `UpdateQOSCgroups` and `cleanupOrphanedPodCgroups`): the burstable
+    /// tier's shares from `active` pods, then every pod cgroup whose UID is not in `keep` and
+    /// whose pod directory is gone is killed and removed.
+    pub async fn housekeeping(&self, active: Vec<Arc<Pod>>, keep: HashSet<String>) {
+        let Some(mgr) = self.inner.cgroups.clone() else {
+            return;
+        };
+        self.update_qos(&active).await;
+        let names = self.inner.names.clone();
+        let pods_root = self.inner.pods_root.clone();
+        let orphans = blocking(move || {
+            let mut out = Vec::new();
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                let tier = names.qos(qos);
+                let children = match mgr.children(&tier) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        debug!(cgroup = %tier.to_cgroupfs(), error = %e, "cannot list pod cgroups");
+                        continue;
+                    }
+                };
+                for child in children {
+                    let Some(uid) = names::pod_uid_of(&child, names.driver) else {
+                        continue;
+                    };
+                    if !keep.contains(&uid) && !pods_root.join(&uid).exists() {
+                        out.push(uid);
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .unwrap_or_default();
+        for uid in orphans {
+            match self.destroy_pod(&uid).await {
+                Ok(()) => info!(uid = %uid, "removed orphaned pod cgroup"),
+                Err(e) => warn!(uid = %uid, error = %e, "cannot remove orphaned pod cgroup"),
+            }
+        }
+    }
+
+    /// Upstream `qosContainerManagerImpl.UpdateCgroups` for cpu: burstable shares are the sum of
+    /// its pods' cpu requests; written only when they change.
+    async fn update_qos(&self, active: &[Arc<Pod>]) {
+        let Some(mgr) = self.inner.cgroups.clone() else {
+            return;
+        };
+        let requests: Vec<i64> = active
+            .iter()
+            .filter(|p| pod_qos(p) == QosClass::Burstable)
+            .map(|p| resources::cpu_request_milli(p))
+            .collect();
+        let shares = resources::burstable_shares(requests.iter());
+        {
+            let last = self
+                .inner
+                .burstable_shares
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if *last == Some(shares) {
+                return;
+            }
+        }
+        let tier = self.inner.names.qos(QosClass::Burstable);
+        let config = ResourceConfig {
+            cpu_shares: Some(shares),
+            ..ResourceConfig::default()
+        };
+        let res = blocking(move || mgr.update(&tier, &config).map_err(cg_err(&tier))).await;
+        match res {
+            Ok(()) => {
+                debug!(shares, "burstable QoS cgroup updated");
+                *self
+                    .inner
+                    .burstable_shares
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(shares);
+            }
+            Err(e) => warn!(error = %e, "cannot update the burstable QoS cgroup"),
+        }
+    }
+}
+
+fn kubepods_memory(cfg: &CgroupConfig, internal: &Amounts) -> Option<i64> {
+    allocatable::kubepods_limits(cfg, internal)
+        .ok()
+        .and_then(|l| l.get("memory").copied())
+}
+
+type Enforcement = (&'static str, CgroupName, ResourceConfig);
+
+/// `system-reserved` / `kube-reserved` enforcement: the reservation becomes the limit of the
+/// named (existing) cgroup.
+fn reserved_enforcement(cfg: &CgroupConfig) -> Result<Vec<Enforcement>, CmError> {
+    let mut out = Vec::new();
+    for (key, what, cgroup, map, field) in [
+        (
+            ENFORCE_SYSTEM_RESERVED,
+            "system reserved",
+            &cfg.system_reserved_cgroup,
+            &cfg.system_reserved,
+            "systemReserved",
+        ),
+        (
+            ENFORCE_KUBE_RESERVED,
+            "kube reserved",
+            &cfg.kube_reserved_cgroup,
+            &cfg.kube_reserved,
+            "kubeReserved",
+        ),
+    ] {
+        if !cfg.enforces(key) {
+            continue;
+        }
+        let limits = allocatable::reservation_limits(field, map)?;
+        out.push((
+            what,
+            CgroupName::from_cgroupfs(cgroup),
+            resources::kubepods_config(&limits, &[]),
+        ));
+    }
+    Ok(out)
+}
+
+/// Upstream `enforceExistingCgroup`: the cgroup must exist already (the operator made it).
+fn enforce_existing(
+    mgr: &dyn CgroupManager,
+    what: &'static str,
+    name: &CgroupName,
+    config: &ResourceConfig,
+) -> Result<(), CmError> {
+    let cgroup = name.to_cgroupfs();
+    if !mgr.exists(name) {
+        return Err(CmError::Enforce {
+            what,
+            cgroup: cgroup.clone(),
+            message: format!("{cgroup:?} cgroup does not exist"),
+        });
+    }
+    mgr.update(name, config).map_err(|e| CmError::Enforce {
+        what,
+        cgroup,
+        message: e.to_string(),
+    })?;
+    info!(what, cgroup = %name.to_cgroupfs(), "reservation enforced on its cgroup");
+    Ok(())
+}
