@@ -239,6 +239,32 @@ async fn sigkill_while_starting_and_deleting_pods_leaves_one_clean_run_each() {
                 .filter(|l| !l.contains("DEBUG pleg"))
                 .collect();
             eprintln!("{name}:\n{}", lines.join("\n"));
+            // What the runtime holds for the pod, so a failure says which kind of interrupted
+            // start was counted.
+            for c in env.containers_of(uid).await {
+                let st = env
+                    .cri()
+                    .container_status(api::ContainerStatusRequest {
+                        container_id: c.id.clone(),
+                        verbose: false,
+                    })
+                    .await
+                    .ok()
+                    .and_then(|r| r.status);
+                if let Some(st) = st {
+                    eprintln!(
+                        "  instance {} state={} reason={:?} message={:?} created={} started={} finished={} restartCount={:?}",
+                        st.id,
+                        st.state,
+                        st.reason,
+                        st.message,
+                        st.created_at,
+                        st.started_at,
+                        st.finished_at,
+                        st.annotations.get("io.kubernetes.container.restartCount")
+                    );
+                }
+            }
         }
         assert_eq!(
             p["status"]["containerStatuses"][0]["restartCount"], 0,
