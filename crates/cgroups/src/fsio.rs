@@ -282,6 +282,18 @@ pub(crate) fn kill_rounds(
     Ok(signalled.len())
 }
 
+/// A `max`-or-number file (`pids.max`, `memory.max`, `cpu.cfs_quota_us`, ...) as -1 for `max`,
+/// or None when the file is absent; one reader for both cgroup versions.
+pub(crate) fn read_max_optional(dir: &Path, file: &str) -> Result<Option<i64>, Error> {
+    let path = dir.join(file);
+    match read_optional(&path)? {
+        None => Ok(None),
+        Some(text) => crate::stat::parse_max(&text)
+            .map(Some)
+            .map_err(|what| Error::Parse { path, what }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

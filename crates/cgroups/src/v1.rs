@@ -233,16 +233,6 @@ fn opt_limit(dir: &Path, file: &str) -> Result<Option<i64>, Error> {
     }
 }
 
-fn opt_i64(dir: &Path, file: &str) -> Result<Option<i64>, Error> {
-    let path = dir.join(file);
-    match fsio::read_optional(&path)? {
-        None => Ok(None),
-        Some(text) => stat::parse_max(&text)
-            .map(Some)
-            .map_err(|what| Error::Parse { path, what }),
-    }
-}
-
 /// The PSI file `dir/file` when the kernel has it there. Usage readers ignore its errors: with PSI
 /// disabled the file can exist and reading it fail (EOPNOTSUPP), which only means "no data".
 pub(crate) fn read_psi(dir: &Path, file: &str) -> Result<Option<crate::Psi>, Error> {
@@ -361,7 +351,8 @@ impl CgroupManager for V1Manager {
         if let Some(dir) = self.path("pids", name) {
             // The root cgroup has neither file.
             u.pids_current = opt_u64(&dir, "pids.current")?;
-            u.pids_limit = opt_i64(&dir, "pids.max")?.and_then(|v| u64::try_from(v).ok());
+            u.pids_limit =
+                fsio::read_max_optional(&dir, "pids.max")?.and_then(|v| u64::try_from(v).ok());
         }
         if let Some(dir) = self.path("blkio", name) {
             u.io_pressure = read_psi(&dir, "io.pressure").ok().flatten();
@@ -377,11 +368,11 @@ impl CgroupManager for V1Manager {
         }
         if let Some(dir) = self.path("cpu", name) {
             c.cpu_shares = opt_u64(&dir, "cpu.shares")?;
-            c.cpu_quota = opt_i64(&dir, "cpu.cfs_quota_us")?;
+            c.cpu_quota = fsio::read_max_optional(&dir, "cpu.cfs_quota_us")?;
             c.cpu_period = opt_u64(&dir, "cpu.cfs_period_us")?;
         }
         if let Some(dir) = self.path("pids", name) {
-            c.pids_limit = opt_i64(&dir, "pids.max")?;
+            c.pids_limit = fsio::read_max_optional(&dir, "pids.max")?;
         }
         if let Some(dir) = self.path("hugetlb", name) {
             for size in self.hugetlb_page_sizes() {

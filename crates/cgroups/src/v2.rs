@@ -161,16 +161,6 @@ fn words(text: String) -> BTreeSet<String> {
         .collect()
 }
 
-fn opt_max(dir: &Path, file: &str) -> Result<Option<i64>, Error> {
-    let path = dir.join(file);
-    match fsio::read_optional(&path)? {
-        None => Ok(None),
-        Some(text) => stat::parse_max(&text)
-            .map(Some)
-            .map_err(|what| Error::Parse { path, what }),
-    }
-}
-
 impl CgroupManager for V2Manager {
     fn version(&self) -> Version {
         Version::V2
@@ -236,10 +226,12 @@ impl CgroupManager for V2Manager {
             u.memory_cache_bytes = get("file");
             u.memory_page_faults = get("pgfault");
             u.memory_major_page_faults = get("pgmajfault");
-            u.memory_limit_bytes = opt_max(&dir, "memory.max")?.and_then(|v| u64::try_from(v).ok());
+            u.memory_limit_bytes =
+                fsio::read_max_optional(&dir, "memory.max")?.and_then(|v| u64::try_from(v).ok());
         }
         u.pids_current = fsio::read_u64_optional(&dir.join("pids.current"))?;
-        u.pids_limit = opt_max(&dir, "pids.max")?.and_then(|v| u64::try_from(v).ok());
+        u.pids_limit =
+            fsio::read_max_optional(&dir, "pids.max")?.and_then(|v| u64::try_from(v).ok());
         u.cpu_pressure = read_psi(&dir, "cpu.pressure").ok().flatten();
         u.memory_pressure = read_psi(&dir, "memory.pressure").ok().flatten();
         u.io_pressure = read_psi(&dir, "io.pressure").ok().flatten();
@@ -249,10 +241,10 @@ impl CgroupManager for V2Manager {
     fn resource_config(&self, name: &CgroupName) -> Result<ResourceConfig, Error> {
         let dir = self.existing(name)?;
         let mut c = ResourceConfig {
-            memory_limit: opt_max(&dir, "memory.max")?,
+            memory_limit: fsio::read_max_optional(&dir, "memory.max")?,
             cpu_shares: fsio::read_u64_optional(&dir.join("cpu.weight"))?
                 .map(crate::cpu_weight_to_shares),
-            pids_limit: opt_max(&dir, "pids.max")?,
+            pids_limit: fsio::read_max_optional(&dir, "pids.max")?,
             ..Default::default()
         };
         let path = dir.join("cpu.max");
@@ -264,7 +256,7 @@ impl CgroupManager for V2Manager {
         }
         for size in self.hugetlb_page_sizes() {
             let file = format!("hugetlb.{}.max", crate::hugetlb_size_name(size));
-            if let Some(limit) = opt_max(&dir, &file)? {
+            if let Some(limit) = fsio::read_max_optional(&dir, &file)? {
                 c.hugetlb_limits.insert(size, limit);
             }
         }
