@@ -55,6 +55,8 @@ impl Harness {
         cfg.port = 0;
         cfg.static_pod_path = None;
         cfg.kubeconfig = None;
+        // The host's swap is not the fake node's business.
+        cfg.cgroups.fail_swap_on = false;
         let cri = CriClient::with_backend(
             Arc::new(fake.clone()),
             "fake".into(),
