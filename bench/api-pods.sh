@@ -20,6 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
 NODE_NAME=apibench
 FIRST_INDEX=70
+CGROUP_ROOT=/rkubelet-apibench # its own kubepods; builds without pod cgroups ignore the flag
 
 CUR_CD="" CUR_CP="" CUR_PID="" RESULTS=""
 
@@ -30,6 +31,7 @@ cleanup() {
     fi
     CUR_PID=""
     [[ -z "$CUR_CD" ]] || "$HACK_DIR/containerd.sh" down "$CUR_CD" 2>/dev/null || true
+    remove_cgroup_root "$CGROUP_ROOT"
     [[ -z "$CUR_CP" ]] || "$HACK_DIR/control-plane.sh" down "$CUR_CP" 2>/dev/null || true
     CUR_CD="" CUR_CP=""
 }
@@ -257,7 +259,8 @@ bench_one() {
     mkdir -p "$cd/kubelet"
     NO_COLOR=1 "$RKUBELET" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --read-only-port 0 --healthz-port 0 \
-        --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" >"$logf" 2>&1 &
+        --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" \
+        --cgroup-root "$CGROUP_ROOT" >"$logf" 2>&1 &
     CUR_PID=$!
     for ((i = 0; i < 300; i++)); do
         kubectl --kubeconfig "$cp/admin.kubeconfig" get node "$NODE_NAME" \

@@ -32,3 +32,14 @@ need_cmd() {
         command -v "$c" >/dev/null 2>&1 || die "missing command '$c' (run hack/install-deps.sh)"
     done
 }
+
+# remove_cgroup_root ROOT: the pod cgroups a kubelet made under --cgroup-root ROOT (kubelets leave
+# them on exit, as upstream does), removed deepest first in every hierarchy once their processes
+# are gone (containerd.sh down kills them).
+remove_cgroup_root() {
+    local root="$1" d
+    for d in /sys/fs/cgroup/*"$root" /sys/fs/cgroup"$root"; do
+        [[ -d "$d" ]] || continue
+        find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || log "warning: cgroups left under $d"
+    done
+}

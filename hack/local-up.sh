@@ -64,13 +64,7 @@ cmd_down() {
     # containerd.sh down kills containers and shims, unmounts everything under
     # the dir, removes the bridge and then the whole dir (kubelet root, pod logs).
     "$HACK_DIR/containerd.sh" down "$STATE_DIR"
-    # The pod cgroups rkubelet made (kubelets leave them on exit, as upstream does): empty now
-    # that containerd killed the containers; removed deepest first in every hierarchy.
-    local d
-    for d in /sys/fs/cgroup/*"$CGROUP_ROOT" /sys/fs/cgroup"$CGROUP_ROOT"; do
-        [[ -d "$d" ]] || continue
-        find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || log "warning: cgroups left under $d"
-    done
+    remove_cgroup_root "$CGROUP_ROOT"
 }
 
 # Start a containerd in STATE_DIR, or reuse the one a previous run left there.

@@ -319,7 +319,8 @@ async fn summary_through_the_apiserver_moves_with_load() {
 }
 
 /// `/stats/summary` with N pods and a host-network one: every pod listed, each pod's network
-/// figures from its own network namespace, none for the host-network pod. How long it takes is
+/// figures from its own network namespace, none for the host-network pod (whose processes are
+/// still counted, from its pod cgroup). How long it takes is
 /// a figure for bench/summary.sh, not a test.
 #[tokio::test]
 async fn summary_with_n_pods() {
@@ -351,7 +352,10 @@ async fn summary_with_n_pods() {
     for p in s["pods"].as_array().unwrap() {
         if p["podRef"]["name"] == format!("hostnet-{}", env.node) {
             assert!(p.get("network").is_none(), "{p}");
-            assert!(p.get("process_stats").is_none(), "{p}");
+            // Its processes are counted from its pod cgroup (the runtime's sandbox stats, as
+            // upstream's process_stats), which a shared network namespace does not blur: the
+            // pause process and the sleeper.
+            assert!(u(&p["process_stats"]["process_count"]) >= 2, "{p}");
             continue;
         }
         assert_eq!(p["network"]["name"], "eth0", "{p}");
