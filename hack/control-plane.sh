@@ -89,10 +89,14 @@ cmd_build() {
     apiserver_bin
 }
 
+# A port nobody listens on, below the kernel's ephemeral range (32768-60999 by default): an
+# outgoing connection cannot take it between this check and the server's bind (it did: the
+# apiserver once failed with "address already in use"), and above the test Envs' ports
+# (10000 + 4 x index + slot, at most 11023).
 free_port() {
     local p
     while :; do
-        p=$((20000 + RANDOM % 20000))
+        p=$((12000 + RANDOM % 20000))
         ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
     done
 }
