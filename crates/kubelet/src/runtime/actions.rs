@@ -49,7 +49,7 @@ pub struct PodActions {
     pub interrupted_to_remove: Vec<String>,
     /// Containers to start (by name) whose newest instance never ran because its start was
     /// cancelled (the kubelet died during StartContainer; containerd then marks it exited with a
-    /// `StartError` of "context canceled"): the replacement keeps its restart count.
+    /// `StartError` naming the cancellation): the replacement keeps its restart count.
     pub replace_uncounted: BTreeSet<String>,
 }
 

@@ -15,13 +15,20 @@ use crate::runtime::labels;
 /// created in the current sandbox (not before it: an older attempt's container has the old
 /// sandbox's namespaces); every other `Created` instance is removed.
 /// An instance that never ran because its StartContainer was cancelled: containerd records such
-/// a start as exited with reason `StartError` and the cancelled context in the message. A start
-/// that failed for a reason of its own (a missing binary) keeps counting, as upstream.
+/// a start as exited with reason `StartError` and the cancellation in the message, either the
+/// cancelled context itself or, when the cancel reached containerd while it was starting the
+/// shim, the shim start command it kills with it (`failed to start shim: start failed: :
+/// signal: killed`, seen in CI). A start that failed for a reason of its own (a missing binary)
+/// keeps counting, as upstream.
 fn start_cancelled(s: &ContainerStatus) -> bool {
+    const CANCELLED: [&str; 2] = [
+        "context canceled",
+        "failed to start shim: start failed: : signal: killed",
+    ];
     s.state == ContainerState::Exited
         && s.started_at == 0
         && s.reason == "StartError"
-        && s.message.contains("context canceled")
+        && CANCELLED.iter().any(|m| s.message.contains(m))
 }
 
 pub(super) fn dispositions(pod: &Pod, status: &PodRuntimeStatus, a: &mut PodActions) {
@@ -235,6 +242,21 @@ mod tests {
                     let mut c = ctr(p, "c1", "a", Exited, 150, false);
                     c.reason = "StartError".into();
                     c.message = "failed to start containerd task: context canceled".into();
+                    vec![c]
+                },
+                &[],
+                &["c1"],
+                &[0],
+                &[],
+            ),
+            (
+                "start cancelled while containerd started the shim: replaced, not counted, removed",
+                pod(&[], &["a"]),
+                true,
+                |p| {
+                    let mut c = ctr(p, "c1", "a", Exited, 150, false);
+                    c.reason = "StartError".into();
+                    c.message = "failed to create containerd task: failed to start shim: start failed: : signal: killed: unknown".into();
                     vec![c]
                 },
                 &[],
