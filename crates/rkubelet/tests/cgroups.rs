@@ -381,8 +381,18 @@ async fn restart_adopts_pod_cgroups_and_changes_nothing() {
     )
     .unwrap();
     // Reaped at once when killed, as a shim reaps a container's processes (a zombie would keep
-    // the v1 memory cgroup busy).
+    // the v1 memory cgroup busy); killed when the test fails, so its cgroup can go with the Env.
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let reaper = std::thread::spawn(move || child.wait().unwrap());
+    struct KillOnPanic(nix::unistd::Pid);
+    impl Drop for KillOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = nix::sys::signal::kill(self.0, Signal::SIGKILL);
+            }
+        }
+    }
+    let _guard = KillOnPanic(pid);
     wait_until(
         Duration::from_secs(15),
         "orphaned pod cgroup removed",

@@ -579,11 +579,14 @@ impl ControlPlane {
             .arg(&dir)
             .output()
             .expect("run hack/control-plane.sh");
-        assert!(
-            out.status.success(),
-            "control plane did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            // What did start (etcd) must not outlive the test: hack/test.sh fails on it.
+            let _ = Command::new(&script).arg("down").arg(&dir).output();
+            panic!(
+                "control plane did not start: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let admin = stdout
             .lines()
