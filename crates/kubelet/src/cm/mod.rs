@@ -148,10 +148,8 @@ impl ContainerManager {
             hugepage_sizes: hugepage_sizes.clone(),
         };
         if let Some(mgr) = s.cgroups.clone() {
-            let kubepods = resources::kubepods_config(
-                &allocatable::kubepods_limits(cfg, s.internal_capacity)?,
-                &hugepage_sizes,
-            );
+            let limits = allocatable::kubepods_limits(cfg, s.internal_capacity)?;
+            let kubepods = resources::kubepods_config(&limits, &hugepage_sizes);
             let reserved = reserved_enforcement(cfg)?;
             let tiers = names.clone();
             let sizes = hugepage_sizes.clone();
@@ -181,7 +179,7 @@ impl ContainerManager {
                 Ok(())
             })
             .await?;
-            info!(kubepods = %names.literal(&names.kubepods), memory = ?kubepods_memory(cfg, s.internal_capacity), "pod cgroups ready: node allocatable enforced on kubepods");
+            info!(kubepods = %names.literal(&names.kubepods), memory = ?limits.get("memory"), "pod cgroups ready: node allocatable enforced on kubepods");
         }
         Ok(ContainerManager {
             inner: Arc::new(Inner {
@@ -405,12 +403,6 @@ impl ContainerManager {
             Err(e) => warn!(error = %e, "cannot update the burstable QoS cgroup"),
         }
     }
-}
-
-fn kubepods_memory(cfg: &CgroupConfig, internal: &Amounts) -> Option<i64> {
-    allocatable::kubepods_limits(cfg, internal)
-        .ok()
-        .and_then(|l| l.get("memory").copied())
 }
 
 type Enforcement = (&'static str, CgroupName, ResourceConfig);
