@@ -141,12 +141,7 @@ impl ContainerManager {
             .as_ref()
             .map(|c| c.hugetlb_page_sizes())
             .unwrap_or_default();
-        let policy = PodCgroupPolicy {
-            cfs_quota: cfg.cpu_cfs_quota,
-            cfs_period_us: cfg.effective_cfs_period().as_micros() as u64,
-            pids_limit: (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit),
-            hugepage_sizes: hugepage_sizes.clone(),
-        };
+        let policy = PodCgroupPolicy::from_config(cfg, hugepage_sizes.clone());
         if let Some(mgr) = s.cgroups.clone() {
             let limits = allocatable::kubepods_limits(cfg, s.internal_capacity)?;
             let kubepods = resources::kubepods_config(&limits, &hugepage_sizes);
@@ -193,18 +188,14 @@ impl ContainerManager {
         })
     }
 
-    /// A manager that manages no cgroups (`cgroupsPerQOS: false`, and tests).
-    pub fn disabled(memory_capacity: u64) -> ContainerManager {
+    /// A manager that manages no cgroups (`cgroupsPerQOS: false`): containers still get the
+    /// configured CFS settings and OOM scores, as upstream applies them without pod cgroups.
+    pub fn disabled(cfg: &CgroupConfig, memory_capacity: u64) -> ContainerManager {
         ContainerManager {
             inner: Arc::new(Inner {
                 cgroups: None,
                 names: PodCgroupNames::new("", cgroups::Driver::Cgroupfs),
-                policy: PodCgroupPolicy {
-                    cfs_quota: true,
-                    cfs_period_us: 100_000,
-                    pids_limit: None,
-                    hugepage_sizes: Vec::new(),
-                },
+                policy: PodCgroupPolicy::from_config(cfg, Vec::new()),
                 memory_capacity,
                 pods_root: PathBuf::new(),
                 burstable_shares: Mutex::new(None),

@@ -47,6 +47,22 @@ pub struct PodCgroupPolicy {
     pub hugepage_sizes: Vec<u64>,
 }
 
+impl PodCgroupPolicy {
+    /// From the configuration (`cpuCFSQuota`, the effective `cpuCFSQuotaPeriod`, `podPidsLimit`
+    /// when positive) and the hugepage sizes the cgroup manager can limit.
+    pub fn from_config(
+        cfg: &kubelet_config::config::cgroups::CgroupConfig,
+        hugepage_sizes: Vec<u64>,
+    ) -> Self {
+        PodCgroupPolicy {
+            cfs_quota: cfg.cpu_cfs_quota,
+            cfs_period_us: cfg.effective_cfs_period().as_micros() as u64,
+            pids_limit: (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit),
+            hugepage_sizes,
+        }
+    }
+}
+
 /// The page size in bytes of a `hugepages-<size>` resource name (`hugepages-2Mi` -> 2097152).
 pub fn hugepage_size(resource: &str) -> Option<u64> {
     let size = resource.strip_prefix("hugepages-")?;

@@ -221,7 +221,7 @@ impl Wiring<'_> {
         let cfg = self.cfg;
         let memory = node.machine.memory_bytes;
         let Some(mgr) = cgroups.filter(|_| cfg.cgroups.cgroups_per_qos) else {
-            return Ok(crate::cm::ContainerManager::disabled(memory));
+            return Ok(crate::cm::ContainerManager::disabled(&cfg.cgroups, memory));
         };
         let mut internal = node_status::capacity(cfg.max_pods, &node.machine);
         internal.insert(
