@@ -291,3 +291,36 @@ async fn runtime_pods_wait_for_the_manifest_url_to_answer_once() {
         .kubelet_log()
         .contains(&format!("zero-length data received from {}", server.url())));
 }
+
+/// With an API server, URL pods get mirror pods like file static pods (upstream: every
+/// non-api source), marked `config.source: http`, and lose them with the pod.
+#[tokio::test]
+async fn manifest_url_pods_get_mirror_pods() {
+    let cp = ControlPlane::up("urlmirror");
+    let server = ManifestServer::start();
+    server.serve(200, &simple_pod("urlmirror", "Always", SLEEPER));
+    let mut env = Env::new(198);
+    env.extra_config = format!("staticPodURL: {}\nhttpCheckFrequency: 1s\n", server.url());
+    env.join(&cp, &[]);
+    let name = format!("urlmirror-{}", env.node);
+    let mirror = wait_until(Duration::from_secs(60), "mirror pod Running", || {
+        let p = cp.get_json(&["pod", &name])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let ann = &mirror["metadata"]["annotations"];
+    let static_pod = env.wait_running("urlmirror");
+    assert_eq!(ann["kubernetes.io/config.source"], "http", "{mirror}");
+    assert_eq!(ann["kubernetes.io/config.hash"], uid(&static_pod).as_str());
+    assert_eq!(
+        ann["kubernetes.io/config.mirror"],
+        uid(&static_pod).as_str()
+    );
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
+
+    // An empty PodList removes the pod and its mirror.
+    server.serve(200, &pod_list(&[], "none"));
+    wait_until(Duration::from_secs(40), "mirror pod removed", || {
+        cp.get_json(&["pod", &name]).is_none().then_some(())
+    });
+    wait_gone(&env, &uid(&static_pod), "pod of the emptied list").await;
+}
