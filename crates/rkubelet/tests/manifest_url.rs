@@ -287,9 +287,9 @@ async fn runtime_pods_wait_for_the_manifest_url_to_answer_once() {
         env.pod("urlkeep").is_none().then_some(())
     });
     wait_gone(&env, &uid(&before), "emptied pod").await;
-    assert!(env
-        .kubelet_log()
-        .contains(&format!("zero-length data received from {}", server.url())));
+    let log = env.kubelet_log();
+    assert!(log.contains(&format!("zero-length data received from {}", server.url())));
+    assert!(log.contains("its pods are removed"), "{}", tail(&log, 20));
 }
 
 /// With an API server, URL pods get mirror pods like file static pods (upstream: every

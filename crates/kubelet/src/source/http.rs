@@ -233,14 +233,20 @@ impl UrlSource {
             }
             return;
         };
+        let consequence = match e {
+            UrlError::Empty { .. } => "its pods are removed",
+            _ => "its pods stay as they were",
+        };
         match self.failures {
             n if n < LOUD_FAILURES => {
-                warn!(url = %self.url, error = %e, "failed to read pods from the manifest URL; its pods stay as they were")
+                warn!(url = %self.url, error = %e, "failed to read pods from the manifest URL; {consequence}")
             }
             LOUD_FAILURES => {
-                warn!(url = %self.url, error = %e, "failed to read pods from the manifest URL; further failures are logged at debug level")
+                warn!(url = %self.url, error = %e, "failed to read pods from the manifest URL; {consequence}; further failures are logged at debug level")
             }
-            _ => debug!(url = %self.url, error = %e, "failed to read pods from the manifest URL"),
+            _ => {
+                debug!(url = %self.url, error = %e, "failed to read pods from the manifest URL; {consequence}")
+            }
         }
         self.failures = self.failures.saturating_add(1);
     }
