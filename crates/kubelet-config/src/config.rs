@@ -10,6 +10,7 @@
 pub mod cgroups;
 mod duration;
 pub mod schema;
+pub mod tls;
 mod validate;
 
 pub use duration::{format_duration, parse_duration};
@@ -61,6 +62,13 @@ pub struct KubeletConfig {
     pub sync_frequency: Duration,
     /// `fileCheckFrequency`: rescan of the static pod directory besides inotify.
     pub file_check_frequency: Duration,
+    /// `staticPodURL` / `--manifest-url`: a URL whose body (a Pod or PodList) gives static pods.
+    pub static_pod_url: Option<String>,
+    /// `staticPodURLHeader` / `--manifest-url-header`: headers sent with every GET of the URL,
+    /// each value of a name in order, names sorted.
+    pub static_pod_url_header: Vec<(String, String)>,
+    /// `httpCheckFrequency` / `--http-check-frequency`: how often the manifest URL is read.
+    pub http_check_frequency: Duration,
     /// `runtimeRequestTimeout`: bound of every CRI call.
     pub runtime_request_timeout: Duration,
     /// `streamingConnectionIdleTimeout`: idle exec/attach/port-forward streams are closed.
@@ -129,6 +137,8 @@ pub struct KubeletConfig {
     pub tls_cert_file: Option<PathBuf>,
     /// `tlsPrivateKeyFile` / `--tls-private-key-file`.
     pub tls_private_key_file: Option<PathBuf>,
+    /// `tlsMinVersion` and `tlsCipherSuites`, resolved to what the server negotiates.
+    pub serving_tls: tls::ServingTls,
     /// `authentication`: how requests to `port` prove who they are.
     pub authentication: Authentication,
     /// `authorization`: what an authenticated user may do on this node.
@@ -228,6 +238,9 @@ impl Default for KubeletConfig {
             pod_infra_container_image: "registry.k8s.io/pause:3.9".into(),
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
+            static_pod_url: None,
+            static_pod_url_header: Vec::new(),
+            http_check_frequency: Duration::from_secs(20),
             runtime_request_timeout: Duration::from_secs(120),
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
             address: IpAddr::from([0, 0, 0, 0]),
@@ -259,6 +272,7 @@ impl Default for KubeletConfig {
             port: 10250,
             tls_cert_file: None,
             tls_private_key_file: None,
+            serving_tls: tls::ServingTls::default(),
             authentication: Authentication::default(),
             authorization: Authorization::default(),
             enable_debugging_handlers: true,
@@ -493,6 +507,16 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     );
     r.duration("syncFrequency", &mut cfg.sync_frequency);
     r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
+    if let Some(url) = r.string("staticPodURL") {
+        cfg.static_pod_url = (!url.is_empty()).then_some(url);
+    }
+    if let Some(h) = r.string_list_map("staticPodURLHeader") {
+        cfg.static_pod_url_header = h
+            .into_iter()
+            .flat_map(|(k, vs)| vs.into_iter().map(move |v| (k.clone(), v)))
+            .collect();
+    }
+    r.duration("httpCheckFrequency", &mut cfg.http_check_frequency);
     r.duration("runtimeRequestTimeout", &mut cfg.runtime_request_timeout);
     r.duration(
         "streamingConnectionIdleTimeout",
@@ -575,6 +599,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     r.port("port", &mut cfg.port);
     r.path("tlsCertFile", &mut cfg.tls_cert_file);
     r.path("tlsPrivateKeyFile", &mut cfg.tls_private_key_file);
+    tls::read(&mut r, &mut cfg.serving_tls, warnings);
     if let Some(b) = r.bool("enableDebuggingHandlers") {
         cfg.enable_debugging_handlers = b;
     }
@@ -785,6 +810,33 @@ impl Reader {
             other => {
                 self.errors
                     .push(format!("{key}: must be a mapping of strings, got {other}"));
+                None
+            }
+        }
+    }
+    /// A `map[string][]string` (staticPodURLHeader); the schema pass checked the types.
+    fn string_list_map(&mut self, key: &str) -> Option<BTreeMap<String, Vec<String>>> {
+        match self.take(key)? {
+            Value::Object(items) => Some(
+                items
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let vs = v
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|s| s.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        (k, vs)
+                    })
+                    .collect(),
+            ),
+            other => {
+                self.errors.push(format!(
+                    "{key}: must be a mapping of strings to lists of strings, got {other}"
+                ));
                 None
             }
         }

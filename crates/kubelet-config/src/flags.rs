@@ -245,9 +245,9 @@ pub const FLAGS: &[Spec] = &[
     cfg("pod-manifest-path", Str, "staticPodPath", Implemented),
     cfg("sync-frequency", Duration, "syncFrequency", Implemented),
     cfg("file-check-frequency", Duration, "fileCheckFrequency", Implemented),
-    cfg("http-check-frequency", Duration, "httpCheckFrequency", NotYet),
-    cfg("manifest-url", Str, "staticPodURL", NotYet),
-    cfg("manifest-url-header", ColonMultimap, "staticPodURLHeader", NotYet),
+    cfg("http-check-frequency", Duration, "httpCheckFrequency", Implemented),
+    cfg("manifest-url", Str, "staticPodURL", Implemented),
+    cfg("manifest-url-header", ColonMultimap, "staticPodURLHeader", Implemented),
     cfg("address", Ip, "address", Implemented),
     cfg("port", Int, "port", Implemented),
     cfg("read-only-port", Int, "readOnlyPort", Implemented),
@@ -278,8 +278,8 @@ pub const FLAGS: &[Spec] = &[
     cfg("tls-cert-file", Str, "tlsCertFile", Implemented),
     cfg("tls-private-key-file", Str, "tlsPrivateKeyFile", Implemented),
     cfg("rotate-server-certificates", Bool, "serverTLSBootstrap", Implemented),
-    cfg("tls-cipher-suites", StrSlice, "tlsCipherSuites", NotYet),
-    cfg("tls-min-version", Str, "tlsMinVersion", NotYet),
+    cfg("tls-cipher-suites", StrSlice, "tlsCipherSuites", Implemented),
+    cfg("tls-min-version", Str, "tlsMinVersion", Implemented),
     cfg("rotate-certificates", Bool, "rotateCertificates", Implemented),
     cfg("registry-qps", Int, "registryPullQPS", NotYet),
     cfg("registry-burst", Int, "registryBurst", NotYet),
@@ -740,9 +740,18 @@ fn convert(spec: &Spec, value: &str) -> Result<Option<Value>, FlagError> {
             Value::Object(m)
         }
         ColonMultimap => {
+            // Upstream `ColonSeparatedMultimapStringString`: a key repeated within one value
+            // keeps every value too (`a:x,a:y`), so not through `pairs`' map.
             let mut m = Map::new();
-            for (k, v) in pairs(':', true)? {
-                match m.entry(k).or_insert_with(|| Value::Array(Vec::new())) {
+            for item in value.split(',').filter(|s| !s.is_empty()) {
+                let (k, v) = item
+                    .split_once(':')
+                    .ok_or_else(|| err("malformed pair, expect string:string".into()))?;
+                let v = Value::String(v.trim().to_string());
+                match m
+                    .entry(k.trim().to_string())
+                    .or_insert_with(|| Value::Array(Vec::new()))
+                {
                     Value::Array(a) => a.push(v),
                     other => *other = Value::Array(vec![v]),
                 }

@@ -228,3 +228,73 @@ fn wrong_kind_rejected() {
         Err(ConfigError::Parse { .. })
     ));
 }
+
+#[test]
+fn manifest_url_source_fields() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let get = |extra: &str| parse(&format!("{head}{extra}"));
+    let c = get("").unwrap().config;
+    assert_eq!(c.static_pod_url, None);
+    assert_eq!(c.http_check_frequency, Duration::from_secs(20));
+    let l = get(
+        "staticPodURL: http://10.0.0.1:8080/pods\nhttpCheckFrequency: 5s\n\
+         staticPodURLHeader: {X-Token: [a, b], Accept: [application/yaml]}\n",
+    )
+    .unwrap();
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let c = l.config;
+    assert_eq!(
+        c.static_pod_url.as_deref(),
+        Some("http://10.0.0.1:8080/pods")
+    );
+    assert_eq!(c.http_check_frequency, Duration::from_secs(5));
+    assert_eq!(
+        c.static_pod_url_header,
+        vec![
+            ("Accept".to_string(), "application/yaml".to_string()),
+            ("X-Token".to_string(), "a".to_string()),
+            ("X-Token".to_string(), "b".to_string()),
+        ]
+    );
+    let e = get("staticPodURL: ftp://x/pods\nhttpCheckFrequency: 0s\n\
+         staticPodURLHeader: {\"bad name\": [x], ok: [\"a\\nb\"]}\n")
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "staticPodURL (--manifest-url): \"ftp://x/pods\" must be an http:// or https:// URL",
+        "httpCheckFrequency (--http-check-frequency): must be greater than 0",
+        "\"bad name\" is not a valid HTTP header name",
+        "the value of \"ok\" contains a line break",
+    ] {
+        assert!(e.contains(want), "{want} not in {e}");
+    }
+    // Without a URL, the frequency is not used and not checked (upstream accepts 0 too).
+    assert!(get("httpCheckFrequency: 0s\n").is_ok());
+}
+
+#[test]
+fn tls_fields_resolved_and_checked() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let get = |extra: &str| parse(&format!("{head}{extra}"));
+    let l = get(
+        "tlsMinVersion: VersionTLS12\n\
+         tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_AES_128_GCM_SHA256]\n",
+    )
+    .unwrap();
+    assert_eq!(l.config.serving_tls.tls12_suites, Some(vec![0xc02f]));
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.contains("TLS_RSA_WITH_AES_128_GCM_SHA256 left out")),
+        "{:?}",
+        l.warnings
+    );
+    let e = get("tlsMinVersion: VersionTLS14\ntlsCipherSuites: [TLS_NOPE]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown tls version \"VersionTLS14\""), "{e}");
+    assert!(
+        e.contains("Cipher suite TLS_NOPE not supported or doesn't exist"),
+        "{e}"
+    );
+}

@@ -18,6 +18,9 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
     if cfg.file_check_frequency.is_zero() {
         errors.push("fileCheckFrequency: must be greater than 0".into());
     }
+    if let Some(url) = &cfg.static_pod_url {
+        validate_pod_url(url, cfg, errors);
+    }
     if cfg.runtime_request_timeout.is_zero() {
         errors.push("runtimeRequestTimeout: must be greater than 0".into());
     }
@@ -54,6 +57,36 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
             "container logs dir: must be an absolute path, got {:?}",
             cfg.container_logs_dir
         ));
+    }
+}
+
+/// The manifest URL source's settings: upstream would fail every poll (and log it) on these; an
+/// error at start names the field instead.
+fn validate_pod_url(url: &str, cfg: &KubeletConfig, errors: &mut Vec<String>) {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+        errors.push(format!(
+            "staticPodURL (--manifest-url): {url:?} must be an http:// or https:// URL with a host"
+        ));
+    }
+    if cfg.http_check_frequency.is_zero() {
+        errors.push("httpCheckFrequency (--http-check-frequency): must be greater than 0".into());
+    }
+    for (name, value) in &cfg.static_pod_url_header {
+        // RFC 9110 token characters.
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || !name.chars().all(token) {
+            errors.push(format!(
+                "staticPodURLHeader (--manifest-url-header): {name:?} is not a valid HTTP header name"
+            ));
+        }
+        if value.chars().any(|c| matches!(c, '\r' | '\n' | '\0')) {
+            errors.push(format!(
+                "staticPodURLHeader (--manifest-url-header): the value of {name:?} contains a line break or NUL"
+            ));
+        }
     }
 }
 

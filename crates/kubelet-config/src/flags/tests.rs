@@ -70,7 +70,7 @@ fn map_flags_parse_and_accumulate() {
         "--cluster-dns=10.0.0.10,10.0.0.11",
         "--register-with-taints=k=v:NoSchedule",
         "--manifest-url-header=a:hello,b:again",
-        "--manifest-url-header=b:beautiful",
+        "--manifest-url-header=b:beautiful,c:x,c: y",
         "--reserved-memory=0:memory=1Gi,hugepages-1M=2Gi",
         "--reserved-memory=1:memory=2Gi",
     ]);
@@ -101,7 +101,7 @@ fn map_flags_parse_and_accumulate() {
     );
     assert_eq!(
         field(&x, "staticPodURLHeader"),
-        Some(&serde_json::json!({"a": ["hello"], "b": ["again", "beautiful"]}))
+        Some(&serde_json::json!({"a": ["hello"], "b": ["again", "beautiful"], "c": ["x", "y"]}))
     );
     assert_eq!(
         field(&x, "reservedMemory"),

@@ -465,8 +465,9 @@ impl Wiring<'_> {
         Ok(())
     }
 
-    /// The pod sources (an injected one, the static pod directory, the API watch) behind the
-    /// mux; with an API client also mirror pods and node registration, status and Lease.
+    /// The pod sources (an injected one, the static pod directory, the manifest URL, the API
+    /// watch) behind the mux; with an API client also mirror pods and node registration, status
+    /// and Lease.
     pub fn sources(
         &mut self,
         extra: Option<(&'static str, mpsc::Receiver<Vec<Pod>>)>,
@@ -510,6 +511,21 @@ impl Wiring<'_> {
             self.spawn(
                 tracing::info_span!("file_source"),
                 fs.run(self.cancel.child_token()),
+            );
+        }
+        if let Some(url) = cfg.static_pod_url.clone() {
+            // Must answer once before housekeeping removes runtime pods (upstream sourcesReady).
+            expected.insert(source::HTTP_SOURCE);
+            let src = source::http::UrlSource::new(
+                url,
+                &cfg.static_pod_url_header,
+                cfg.node_name.clone(),
+                cfg.http_check_frequency,
+                snap_tx.clone(),
+            );
+            self.spawn(
+                tracing::info_span!("url_source"),
+                src.run(self.cancel.child_token()),
             );
         }
         let mut mirrors = None;
@@ -610,13 +626,13 @@ async fn secure_server(
 ) -> Result<impl std::future::Future<Output = ()>, KubeletError> {
     let client_ca = cfg.authentication.client_ca_file.as_deref();
     let tls = match serving {
-        Some(cert) => server::tls::server_config_with_resolver(cert, client_ca)?,
+        Some(cert) => server::tls::server_config_with_resolver(cert, client_ca, &cfg.serving_tls)?,
         None => {
             let (crt, key) = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
                 (Some(c), Some(k)) => (c.clone(), k.clone()),
                 _ => server::tls::ensure_self_signed(&cfg.root_dir, &cfg.node_name, node_ip)?,
             };
-            server::tls::server_config(&crt, &key, client_ca)?
+            server::tls::server_config(&crt, &key, client_ca, &cfg.serving_tls)?
         }
     };
     if cfg.kubeconfig.is_none()

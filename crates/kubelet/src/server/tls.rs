@@ -5,6 +5,10 @@
 //! X.509 version 1 certificates are accepted as Go's crypto/x509 accepts them: a v1 `tlsCertFile`
 //! is served (rustls' `with_single_cert` would parse it with webpki and refuse it), and a v1 client
 //! certificate or CA is checked by [`crate::certificate::tls_verify::ClientVerifier`].
+//!
+//! `tlsMinVersion` and `tlsCipherSuites` (resolved and checked by the config crate, see
+//! `kubelet_config::config::tls`) narrow the ring provider's suites and the protocol versions, as
+//! upstream's `tls.Config{MinVersion, CipherSuites}`.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -17,6 +21,7 @@ use tokio_rustls::rustls::{
 };
 
 use crate::certificate::{tls_verify, verify::Anchors};
+use crate::config::tls::{ServingTls, TlsVersion};
 use tracing::info;
 
 /// What went wrong setting up TLS, naming the file concerned.
@@ -126,12 +131,14 @@ pub fn ensure_self_signed(
     Ok((crt, key))
 }
 
-/// The server config: TLS 1.2+, HTTP/2 and 1.1, and client certs verified against `client_ca`
-/// when given (optional: token and anonymous requests must still get through the handshake).
+/// The server config: the configured versions and suites, HTTP/2 and 1.1, and client certs
+/// verified against `client_ca` when given (optional: token and anonymous requests must still
+/// get through the handshake).
 pub fn server_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,
+    tls: &ServingTls,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let certs = load_certs(cert)?;
     let key_der = PrivateKeyDer::from_pem_file(key)
@@ -144,7 +151,7 @@ pub fn server_config(
             message,
         })?;
     let single = rustls::sign::SingleCertAndKey::from(Arc::new(certified));
-    let mut cfg = builder(client_ca)?.with_cert_resolver(Arc::new(single));
+    let mut cfg = builder(client_ca, tls)?.with_cert_resolver(Arc::new(single));
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -154,18 +161,50 @@ pub fn server_config(
 pub fn server_config_with_resolver(
     resolver: Arc<dyn rustls::server::ResolvesServerCert>,
     client_ca: Option<&Path>,
+    tls: &ServingTls,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let mut cfg = builder(client_ca)?.with_cert_resolver(resolver);
+    let mut cfg = builder(client_ca, tls)?.with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
 
+/// The ring provider with only the configured suites, and the versions to offer: upstream's
+/// `MinVersion` and `CipherSuites` (TLS 1.3 suites all kept unless some are named, as Go).
+pub fn negotiation(
+    tls: &ServingTls,
+) -> (
+    rustls::crypto::CryptoProvider,
+    Vec<&'static rustls::SupportedProtocolVersion>,
+) {
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.retain(|s| {
+        let id = u16::from(s.suite());
+        match s {
+            rustls::SupportedCipherSuite::Tls13(_) => {
+                tls.tls13_suites.is_empty() || tls.tls13_suites.contains(&id)
+            }
+            rustls::SupportedCipherSuite::Tls12(_) => {
+                tls.tls12_suites.as_ref().is_none_or(|l| l.contains(&id))
+            }
+        }
+    });
+    let tls12 = tls.min_version < TlsVersion::Tls13
+        && tls.tls12_suites.as_ref().is_none_or(|l| !l.is_empty());
+    let mut versions = vec![&rustls::version::TLS13];
+    if tls12 {
+        versions.push(&rustls::version::TLS12);
+    }
+    (provider, versions)
+}
+
 fn builder(
     client_ca: Option<&Path>,
+    tls: &ServingTls,
 ) -> Result<rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let (provider, versions) = negotiation(tls);
+    let provider = Arc::new(provider);
+    let builder =
+        ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
     let builder = match client_ca {
         Some(ca) => {
             let anchors = Anchors {
@@ -208,7 +247,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&key).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        server_config(&crt, &key, None).unwrap();
+        server_config(&crt, &key, None, &ServingTls::default()).unwrap();
         let der = CertificateDer::pem_file_iter(&crt)
             .unwrap()
             .next()
@@ -225,9 +264,82 @@ mod tests {
 
     #[test]
     fn missing_files_are_named() {
-        let e = server_config(Path::new("/nonexistent/c.crt"), Path::new("/x.key"), None)
-            .unwrap_err()
-            .to_string();
+        let e = server_config(
+            Path::new("/nonexistent/c.crt"),
+            Path::new("/x.key"),
+            None,
+            &ServingTls::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("/nonexistent/c.crt"), "{e}");
+    }
+
+    /// Every suite the config crate calls served is one ring has, and every ring suite has its
+    /// Go name there: the two tables cannot drift apart.
+    #[test]
+    fn go_suite_table_matches_ring() {
+        use crate::config::tls::GO_SUITES;
+        let ring: Vec<u16> = rustls::crypto::ring::default_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| u16::from(s.suite()))
+            .collect();
+        for s in GO_SUITES {
+            assert_eq!(ring.contains(&s.id), s.served, "{}", s.name);
+        }
+        for id in &ring {
+            assert!(
+                GO_SUITES.iter().any(|s| s.id == *id),
+                "{id:#x} has no Go name"
+            );
+        }
+    }
+
+    #[test]
+    fn negotiation_follows_min_version_and_suites() {
+        let ids = |t: &ServingTls| {
+            let (p, v) = negotiation(t);
+            let mut ids: Vec<u16> = p
+                .cipher_suites
+                .iter()
+                .map(|s| u16::from(s.suite()))
+                .collect();
+            ids.sort();
+            (
+                ids,
+                v.iter().map(|v| u16::from(v.version)).collect::<Vec<_>>(),
+            )
+        };
+        let (all, v) = ids(&ServingTls::default());
+        assert_eq!(all.len(), 9);
+        assert_eq!(v, vec![0x0304, 0x0303]);
+        let t = ServingTls {
+            min_version: TlsVersion::Tls13,
+            ..ServingTls::default()
+        };
+        assert_eq!(ids(&t).1, vec![0x0304]);
+        let t = ServingTls {
+            tls12_suites: Some(vec![0xc030]),
+            ..ServingTls::default()
+        };
+        assert_eq!(
+            ids(&t),
+            (vec![0x1301, 0x1302, 0x1303, 0xc030], vec![0x0304, 0x0303])
+        );
+        let t = ServingTls {
+            tls12_suites: Some(vec![]),
+            tls13_suites: vec![0x1301],
+            ..ServingTls::default()
+        };
+        assert_eq!(ids(&t), (vec![0x1301], vec![0x0304]));
+        // The TLS 1.2-only restriction builds a working server config.
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = ensure_self_signed(dir.path(), "n", None).unwrap();
+        let t = ServingTls {
+            tls12_suites: Some(vec![0xc02f]),
+            ..ServingTls::default()
+        };
+        server_config(&crt, &key, None, &t).unwrap();
     }
 }

@@ -30,6 +30,7 @@ async fn handshake_with_v1_serving_and_client_certificates() {
         &d.join("node.crt"),
         &d.join("node.key"),
         Some(&d.join("ca.crt")),
+        &Default::default(),
     )
     .unwrap();
     for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
@@ -87,6 +88,7 @@ async fn v1_client_certificate_and_v1_ca_reach_a_server() {
         &d.join("server.crt"),
         &d.join("server.key"),
         Some(&d.join("ca.crt")),
+        &Default::default(),
     )
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::static_pod::parse_manifest;
+use super::static_pod::{parse_manifest, Origin};
 use super::{SourceSnapshot, FILE_SOURCE};
 
 /// Watches one manifest directory and sends a full snapshot after every change.
@@ -129,7 +129,12 @@ impl FileSource {
                 continue;
             }
             let text = String::from_utf8_lossy(&content);
-            match parse_manifest(&text, &path.to_string_lossy(), &self.node_name) {
+            let parsed = parse_manifest(
+                &text,
+                Origin::File(&path.to_string_lossy()),
+                &self.node_name,
+            );
+            match parsed {
                 Ok(pods) => {
                     info!(file = %path.display(), pods = pods.len(), "read static pod manifest");
                     self.files.insert(path, FileState { content, pods });

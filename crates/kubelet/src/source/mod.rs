@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod file;
+pub mod http;
 pub mod mux;
 pub mod static_pod;
 
@@ -47,3 +48,6 @@ pub struct SourceSnapshot {
 
 /// Name of the static pod directory source, as upstream's `kubetypes.FileSource`.
 pub const FILE_SOURCE: &str = "file";
+
+/// Name of the manifest URL source, as upstream's `kubetypes.HTTPSource`.
+pub const HTTP_SOURCE: &str = "http";

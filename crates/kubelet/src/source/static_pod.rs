@@ -1,9 +1,10 @@
-//! Static pod manifests: decoding, validation and the defaults upstream applies to them
-//! (`config/common.go` `applyDefaults`, `tryDecodeSinglePod`, and the API's `SetDefaults_Pod`).
+//! Static pod manifests, from a file or a URL: decoding, validation and the defaults upstream
+//! applies to them (`config/common.go` `applyDefaults`, `tryDecodeSinglePod`, and the API's
+//! `SetDefaults_Pod`).
 //!
-//! The UID is a hash of the decoded manifest plus node and file name, so it is stable across
-//! kubelet restarts (that is what lets a restarted kubelet adopt the pod's containers) and changes
-//! with every edit (an edit replaces the pod, as upstream).
+//! The UID is a hash of the decoded manifest plus where it came from (node and file name, or the
+//! URL), so it is stable across kubelet restarts (that is what lets a restarted kubelet adopt the
+//! pod's containers) and changes with every edit (an edit replaces the pod, as upstream).
 
 use std::collections::BTreeMap;
 
@@ -29,8 +30,33 @@ use crate::types::annotations::CONFIG_HASH_ANNOTATION;
 // The config annotations live in `types`; the API source names these through this module.
 pub use crate::types::annotations::{CONFIG_SOURCE_ANNOTATION, MIRROR_ANNOTATION};
 
-/// Decodes one manifest file (a Pod, or a PodList / List of pods) and applies static pod defaults.
-pub fn parse_manifest(text: &str, file: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+/// Where a manifest came from (upstream passes `applyDefaults` the source and `isFile`): it feeds
+/// the UID, names the pod's `kubernetes.io/config.source`, and only file pods get the
+/// tolerate-everything-NoExecute toleration, as upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// A file of the static pod directory (its path).
+    File(&'a str),
+    /// The manifest URL (`staticPodURL`).
+    Url(&'a str),
+}
+
+impl Origin<'_> {
+    /// The config source name (upstream `kubetypes.FileSource` / `HTTPSource`).
+    pub fn source(&self) -> &'static str {
+        match self {
+            Origin::File(_) => super::FILE_SOURCE,
+            Origin::Url(_) => super::HTTP_SOURCE,
+        }
+    }
+}
+
+/// Decodes one manifest (a Pod, or a PodList / List of pods) and applies static pod defaults.
+pub fn parse_manifest(
+    text: &str,
+    origin: Origin<'_>,
+    node_name: &str,
+) -> Result<Vec<Pod>, ManifestError> {
     let value: Value =
         serde_saphyr::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))?;
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
@@ -71,7 +97,7 @@ pub fn parse_manifest(text: &str, file: &str, node_name: &str) -> Result<Vec<Pod
                     message: e.inner().to_string(),
                 })?;
             validate(&pod)?;
-            Ok(apply_static_defaults(pod, file, node_name))
+            Ok(apply_static_defaults(pod, origin, node_name))
         })
         .collect()
 }
@@ -170,13 +196,19 @@ fn validate(pod: &Pod) -> Result<(), ManifestError> {
     }
 }
 
-/// `applyDefaults` for file pods plus the API server's defaulting a static pod never gets.
-pub fn apply_static_defaults(mut pod: Pod, file: &str, node_name: &str) -> Pod {
+/// `applyDefaults` plus the API server's defaulting a static pod never gets.
+pub fn apply_static_defaults(mut pod: Pod, origin: Origin<'_>, node_name: &str) -> Pod {
     if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
         let mut h = Sha256::new();
         h.update(serde_json::to_vec(&pod).unwrap_or_default());
-        h.update(format!("host:{node_name}"));
-        h.update(format!("file:{file}"));
+        // Upstream hashes the node and file for a file, only the URL for a URL.
+        match origin {
+            Origin::File(file) => {
+                h.update(format!("host:{node_name}"));
+                h.update(format!("file:{file}"));
+            }
+            Origin::Url(url) => h.update(format!("url:{url}")),
+        }
         // 32 hex digits, the length of upstream's md5-based UID.
         pod.metadata.uid = Some(hex::encode(&h.finalize()[..16]));
     }
@@ -188,9 +220,12 @@ pub fn apply_static_defaults(mut pod: Pod, file: &str, node_name: &str) -> Pod {
     }
     let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     ann.insert(CONFIG_HASH_ANNOTATION.into(), uid);
-    ann.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
+    ann.insert(CONFIG_SOURCE_ANNOTATION.into(), origin.source().into());
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = Some(node_name.to_string());
+    }
+    if let (Origin::File(_), Some(spec)) = (origin, pod.spec.as_mut()) {
+        // Not evicted on node problems (upstream adds it to file pods only).
         let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
         let all_no_execute = Toleration {
             operator: Some("Exists".into()),
@@ -226,7 +261,7 @@ spec:
 
     #[test]
     fn static_pod_naming_hash_and_defaults() {
-        let pods = parse_manifest(GOOD, "/etc/m/web.yaml", "Node-1").unwrap();
+        let pods = parse_manifest(GOOD, Origin::File("/etc/m/web.yaml"), "Node-1").unwrap();
         assert_eq!(pods.len(), 1);
         let p = &pods[0];
         assert_eq!(p.metadata.name.as_deref(), Some("web-node-1"));
@@ -250,12 +285,16 @@ spec:
         assert_eq!(c.termination_message_policy.as_deref(), Some("File"));
 
         // Same content, same UID (restart safety); other content or file, another UID.
-        let again = parse_manifest(GOOD, "/etc/m/web.yaml", "Node-1").unwrap();
+        let again = parse_manifest(GOOD, Origin::File("/etc/m/web.yaml"), "Node-1").unwrap();
         assert_eq!(again[0].metadata.uid.as_deref(), Some(uid.as_str()));
-        let edited =
-            parse_manifest(&GOOD.replace("80", "81"), "/etc/m/web.yaml", "Node-1").unwrap();
+        let edited = parse_manifest(
+            &GOOD.replace("80", "81"),
+            Origin::File("/etc/m/web.yaml"),
+            "Node-1",
+        )
+        .unwrap();
         assert_ne!(edited[0].metadata.uid.as_deref(), Some(uid.as_str()));
-        let moved = parse_manifest(GOOD, "/etc/m/web2.yaml", "Node-1").unwrap();
+        let moved = parse_manifest(GOOD, Origin::File("/etc/m/web2.yaml"), "Node-1").unwrap();
         assert_ne!(moved[0].metadata.uid.as_deref(), Some(uid.as_str()));
     }
 
@@ -264,7 +303,7 @@ spec:
         let json = r#"{"apiVersion":"v1","kind":"PodList","items":[
             {"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"x:latest"}]}},
             {"metadata":{"name":"b","namespace":"kube-system"},"spec":{"containers":[{"name":"c","image":"x"}]}}]}"#;
-        let pods = parse_manifest(json, "/f.json", "n").unwrap();
+        let pods = parse_manifest(json, Origin::File("/f.json"), "n").unwrap();
         assert_eq!(pods.len(), 2);
         assert_eq!(
             pods[0].spec.as_ref().unwrap().containers[0]
@@ -277,13 +316,13 @@ spec:
 
     #[test]
     fn manifest_errors_name_what_is_wrong() {
-        let e = parse_manifest("kind: Pod\nmetadata: [oops", "f", "n").unwrap_err();
+        let e = parse_manifest("kind: Pod\nmetadata: [oops", Origin::File("f"), "n").unwrap_err();
         assert!(matches!(e, ManifestError::Syntax(_)), "{e}");
-        let e = parse_manifest("kind: Service\n", "f", "n").unwrap_err();
+        let e = parse_manifest("kind: Service\n", Origin::File("f"), "n").unwrap_err();
         assert!(e.to_string().contains("Service"), "{e}");
         let e = parse_manifest(
             "kind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: c\n    image: i\n    ports: oops\n",
-            "f",
+            Origin::File("f"),
             "n",
         )
         .unwrap_err();
@@ -293,7 +332,7 @@ spec:
         }
         let e = parse_manifest(
             "kind: Pod\nmetadata: {name: Bad_Name}\nspec:\n  restartPolicy: Sometimes\n  containers:\n  - name: c\n  - name: c\n    image: i\n",
-            "f",
+            Origin::File("f"),
             "n",
         )
         .unwrap_err();
