@@ -113,6 +113,10 @@ pub struct KubeletConfig {
     pub node_labels: BTreeMap<String, String>,
     /// `registerWithTaints` / `--register-with-taints`.
     pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `kubeAPIQPS` / `--kube-api-qps`: the API client's token-bucket rate (0: client-go's 5).
+    pub kube_api_qps: u32,
+    /// `kubeAPIBurst` / `--kube-api-burst` (0: client-go's 10).
+    pub kube_api_burst: u32,
     /// `eventRecordQPS` / `--event-qps` (0: unlimited).
     pub event_record_qps: u32,
     /// `eventBurst` / `--event-burst`.
@@ -262,6 +266,8 @@ impl Default for KubeletConfig {
             node_ip: None,
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
+            kube_api_qps: 50,
+            kube_api_burst: 100,
             event_record_qps: 50,
             event_burst: 100,
             allowed_unsafe_sysctls: Vec::new(),
@@ -541,6 +547,15 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
                 Ok(v) => *out = v,
                 Err(_) => r.errors.push(format!("{key}: must be >= 0, got {n}")),
             }
+        }
+    }
+    // Negative values are refused by `validate_tree` in upstream's words.
+    for (key, out) in [
+        ("kubeAPIQPS", &mut cfg.kube_api_qps),
+        ("kubeAPIBurst", &mut cfg.kube_api_burst),
+    ] {
+        if let Some(v) = r.int(key).and_then(|n| u32::try_from(n).ok()) {
+            *out = v;
         }
     }
     if let Some(b) = r.bool("serializeImagePulls") {

@@ -192,8 +192,8 @@ pub const FIELDS: &[Field] = &[
         r#""application/vnd.kubernetes.protobuf""#,
         Ignored,
     ),
-    f("kubeAPIQPS", Int, "50", NotYet),
-    f("kubeAPIBurst", Int, "100", NotYet),
+    f("kubeAPIQPS", Int, "50", Implemented),
+    f("kubeAPIBurst", Int, "100", Implemented),
     f("serializeImagePulls", Bool, "true", Implemented),
     f("maxParallelImagePulls", Int, "", NotYet),
     // Upstream's DefaultEvictionHard (Linux), applied when the file does not set the map.

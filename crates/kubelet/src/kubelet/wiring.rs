@@ -64,7 +64,11 @@ pub(super) struct Wiring<'a> {
 
 /// The API side: the client (None standalone), events and the status manager.
 pub(super) struct ApiSide {
+    /// Behind the `kubeAPIQPS`/`kubeAPIBurst` token bucket (upstream `KubeClient`).
     pub client: Option<kube::Client>,
+    /// The same connection without the limit, for node status and the Lease (upstream
+    /// `HeartbeatClient`, built with `QPS = -1`).
+    pub heartbeat: Option<kube::Client>,
     pub recorder: Recorder,
     pub status: StatusHandle,
 }
@@ -106,8 +110,18 @@ impl Wiring<'_> {
     }
 
     /// Status syncer, event recorder and status manager.
-    pub fn api_side(&mut self, client: Option<kube::Client>) -> ApiSide {
+    /// `base` is the unlimited client: events get it (their own `eventRecordQPS` limit, as
+    /// upstream's separate event client), node status and the Lease too (the heartbeat client);
+    /// everything else goes through the `kubeAPIQPS` limit.
+    pub fn api_side(&mut self, base: Option<kube::Client>) -> ApiSide {
         let cfg = self.cfg;
+        let client = base.clone().map(|c| {
+            crate::certificate::throttle::throttled(
+                c,
+                cfg.kube_api_qps as f32,
+                i64::from(cfg.kube_api_burst),
+            )
+        });
         let api_queue = client.clone().map(|c| {
             let (syncer, tx) = syncer::Syncer::new(c);
             self.spawn(
@@ -117,7 +131,7 @@ impl Wiring<'_> {
             tx
         });
         let (event_recorder, recorder) = EventRecorder::new(
-            client.clone(),
+            base.clone(),
             cfg.node_name.clone(),
             cfg.event_record_qps as f32,
             cfg.event_burst,
@@ -138,6 +152,7 @@ impl Wiring<'_> {
         );
         ApiSide {
             client,
+            heartbeat: base,
             recorder,
             status,
         }
@@ -548,6 +563,7 @@ impl Wiring<'_> {
             self.spawn(tracing::info_span!("api_source"), src);
             if cfg.register_node {
                 let agent = NodeAgent {
+                    heartbeat: api.heartbeat.clone().unwrap_or_else(|| client.clone()),
                     client,
                     settings: node.settings.clone(),
                     machine: node.machine.clone(),

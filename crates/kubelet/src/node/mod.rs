@@ -31,7 +31,11 @@ const REGISTER_BACKOFF: crate::backoff::Exponential =
 
 /// Owns the Node object's status; spawned once the kubelet has a client.
 pub struct NodeAgent {
+    /// Registration (upstream `kubeClient`, rate limited by `kubeAPIQPS`).
     pub client: Client,
+    /// Node status and the Lease (upstream `heartbeatClient`: no client-side rate limit, so a
+    /// busy kubelet's queue never delays its heartbeat).
+    pub heartbeat: Client,
     pub settings: NodeSettings,
     pub machine: MachineInfo,
     pub runtime_version: String,
@@ -47,7 +51,8 @@ impl NodeAgent {
             return;
         };
         let uid = node.metadata.uid.clone().unwrap_or_default();
-        let lease = lease::LeaseKeeper::new(self.client.clone(), self.settings.name.clone(), uid);
+        let lease =
+            lease::LeaseKeeper::new(self.heartbeat.clone(), self.settings.name.clone(), uid);
         let recovered = Arc::new(tokio::sync::Notify::new());
         tokio::join!(
             lease.run(recovered.clone(), cancel.clone()),
@@ -152,7 +157,7 @@ impl NodeAgent {
         recovered: Arc<tokio::sync::Notify>,
         cancel: CancellationToken,
     ) {
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.heartbeat.clone());
         let mut last_report: Option<Instant> = None;
         let mut tick = tokio::time::interval(NODE_STATUS_UPDATE_FREQUENCY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

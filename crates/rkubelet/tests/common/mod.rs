@@ -571,10 +571,35 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     pub fn up(tag: &str) -> ControlPlane {
+        Self::up_with(tag, false)
+    }
+
+    /// As [`ControlPlane::up`], with the apiserver's Metadata-level audit log in
+    /// [`ControlPlane::audit_events`] (hack/control-plane.sh's `RK_APISERVER_AUDIT=1`).
+    pub fn up_audited(tag: &str) -> ControlPlane {
+        Self::up_with(tag, true)
+    }
+
+    /// The audit log's events, one per request (a watch's ResponseStarted and ResponseComplete
+    /// events are one request: the first seen of each `auditID` is kept).
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.dir.join("log/audit.log")).unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| seen.insert(e["auditID"].as_str().unwrap_or_default().to_string()))
+            .collect()
+    }
+
+    fn up_with(tag: &str, audit: bool) -> ControlPlane {
         let dir = PathBuf::from(format!("/tmp/rkt-cp-{tag}-{}", std::process::id()));
         let script = repo_root().join("hack/control-plane.sh");
         let _ = Command::new(&script).arg("down").arg(&dir).output();
-        let out = Command::new(&script)
+        let mut cmd = Command::new(&script);
+        if audit {
+            cmd.env("RK_APISERVER_AUDIT", "1");
+        }
+        let out = cmd
             .arg("up")
             .arg(&dir)
             .output()
