@@ -153,6 +153,10 @@ pub struct KubeletConfig {
     /// `featureGates.KubeletFineGrainedAuthz` (upstream beta, on by default since 1.33): `/pods`,
     /// `/healthz` and `/configz` are first checked against their own subresource, then `proxy`.
     pub fine_grained_authz: bool,
+    /// `crashLoopBackOff.maxContainerRestartPeriod` (needs `featureGates.KubeletCrashLoopBackOffMax`,
+    /// beta and on by default since upstream 1.35): the CrashLoopBackOff cap, 1s..300s; None keeps
+    /// upstream's 300 s.
+    pub crash_loop_max_restart_period: Option<Duration>,
     /// `logging.verbosity` / `-v`: klog's level, mapped onto tracing levels by the binary.
     pub log_verbosity: u32,
     /// The container manager's settings (cgroups, reservations, node allocatable).
@@ -283,6 +287,7 @@ impl Default for KubeletConfig {
             authorization: Authorization::default(),
             enable_debugging_handlers: true,
             fine_grained_authz: true,
+            crash_loop_max_restart_period: None,
             log_verbosity: 0,
             cgroups: cgroups::CgroupConfig::default(),
             v1beta1: schema::defaults_tree(),
@@ -660,9 +665,13 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         }
         r.errors.extend(a.finish("authorization", warnings));
     }
+    let mut crash_loop_max_gate = true;
     if let Some(mut g) = r.section("featureGates") {
         if let Some(b) = g.bool("KubeletFineGrainedAuthz") {
             cfg.fine_grained_authz = b;
+        }
+        if let Some(b) = g.bool("KubeletCrashLoopBackOffMax") {
+            crash_loop_max_gate = b;
         }
         if let Some(b) = g.bool("CustomCPUCFSQuotaPeriod") {
             cfg.cgroups.custom_cfs_quota_period = b;
@@ -673,6 +682,32 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
             ));
         }
         r.errors.extend(g.finish("featureGates", warnings));
+    }
+    if let Some(mut c) = r.section("crashLoopBackOff") {
+        let mut max = None;
+        if let Some(text) = c.string("maxContainerRestartPeriod") {
+            match parse_duration(&text) {
+                Ok(d) => max = Some(d),
+                Err(e) => c.errors.push(format!("maxContainerRestartPeriod: {e}")),
+            }
+        }
+        r.errors.extend(c.finish("crashLoopBackOff", warnings));
+        match max {
+            // Upstream `ValidateKubeletConfiguration`'s wording.
+            Some(_) if !crash_loop_max_gate => r.errors.push(
+                "invalid configuration: FeatureGate KubeletCrashLoopBackOffMax not enabled, \
+                 CrashLoopBackOff.MaxContainerRestartPeriod must not be set"
+                    .into(),
+            ),
+            Some(d) if d < Duration::from_secs(1) || d > Duration::from_secs(300) => {
+                r.errors.push(format!(
+                    "invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: {} \
+                     seconds) must be set between 1s and 300s",
+                    d.as_secs_f64()
+                ))
+            }
+            _ => cfg.crash_loop_max_restart_period = max,
+        }
     }
     if let Some(v) = r.take("registerWithTaints") {
         match serde_json::from_value(v) {

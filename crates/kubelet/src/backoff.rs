@@ -204,6 +204,26 @@ struct Entry {
 pub struct Backoff {
     policy: Exponential,
     entries: HashMap<String, Entry>,
+    /// A failure this long after the last one starts over from the initial delay (upstream
+    /// `HasExpiredFunc`; by default twice the maximum).
+    expire_after: Duration,
+}
+
+/// Upstream `MaxContainerBackOff`: the CrashLoopBackOff cap without `maxContainerRestartPeriod`.
+pub const MAX_CONTAINER_BACKOFF: Duration = Duration::from_secs(300);
+/// Upstream `containerBackOffPeriod`: the first CrashLoopBackOff delay.
+pub const CONTAINER_BACKOFF_PERIOD: Duration = Duration::from_secs(10);
+/// Upstream's CrashLoopBackOff `HasExpiredFunc`: a container that ran for 10 minutes starts again
+/// from the initial delay, whatever the cap.
+pub const CRASH_LOOP_RESET: Duration = Duration::from_secs(600);
+
+/// The CrashLoopBackOff (initial, max) for `crashLoopBackOff.maxContainerRestartPeriod` (upstream
+/// `newCrashLoopBackOff`): the cap replaces 300 s, and a cap below 10 s is the first delay too.
+pub fn crash_loop_policy(max_restart_period: Option<Duration>) -> (Duration, Duration) {
+    match max_restart_period {
+        Some(max) => (CONTAINER_BACKOFF_PERIOD.min(max), max),
+        None => (CONTAINER_BACKOFF_PERIOD, MAX_CONTAINER_BACKOFF),
+    }
 }
 
 impl Backoff {
@@ -211,12 +231,18 @@ impl Backoff {
         Backoff {
             policy: Exponential::new(initial, max),
             entries: HashMap::new(),
+            expire_after: max * 2,
         }
     }
 
-    /// CrashLoopBackOff: 10 s doubling to 5 min.
-    pub fn crash_loop() -> Self {
-        Self::new(Duration::from_secs(10), Duration::from_secs(300))
+    /// CrashLoopBackOff: 10 s doubling to 5 min, or to `max_restart_period`
+    /// (see [`crash_loop_policy`]); reset after [`CRASH_LOOP_RESET`] without a failure.
+    pub fn crash_loop(max_restart_period: Option<Duration>) -> Self {
+        let (initial, max) = crash_loop_policy(max_restart_period);
+        Backoff {
+            expire_after: CRASH_LOOP_RESET,
+            ..Self::new(initial, max)
+        }
     }
 
     /// Image pulls: 10 s doubling to 5 min (upstream `imageBackOffPeriod`, `MaxContainerBackOff`).
@@ -227,7 +253,7 @@ impl Backoff {
     fn expired(&self, event_time: SystemTime, last_update: SystemTime) -> bool {
         event_time
             .duration_since(last_update)
-            .map(|d| d > self.policy.max * 2)
+            .map(|d| d > self.expire_after)
             .unwrap_or(false)
     }
 
@@ -280,9 +306,9 @@ impl Backoff {
         self.entries.remove(id);
     }
 
-    /// Drops entries idle for longer than twice the maximum, so the map does not grow without bound.
+    /// Drops entries idle for longer than their expiry, so the map does not grow without bound.
     pub fn gc(&mut self, now: SystemTime) {
-        let max2 = self.policy.max * 2;
+        let max2 = self.expire_after;
         self.entries.retain(|_, e| {
             now.duration_since(e.last_update)
                 .map(|d| d <= max2)
@@ -301,7 +327,7 @@ mod tests {
 
     #[test]
     fn doubles_to_max_and_resets_after_stable_period() {
-        let mut b = Backoff::crash_loop();
+        let mut b = Backoff::crash_loop(None);
         assert_eq!(b.in_backoff_since("c", t(0), t(0)), None);
         b.next("c", t(0), t(0));
         assert_eq!(b.get("c"), Duration::from_secs(10));
@@ -322,6 +348,48 @@ mod tests {
         let quiet = now + 601;
         b.next("c", t(quiet), t(quiet));
         assert_eq!(b.get("c"), Duration::from_secs(10));
+    }
+
+    /// Upstream `newCrashLoopBackOff` + `flowcontrol.Backoff`: the delays a container crashing
+    /// at once after each start waits, for several `maxContainerRestartPeriod` values.
+    #[test]
+    fn crash_loop_cap_table() {
+        let cases: &[(Option<u64>, &[u64])] = &[
+            (None, &[10, 20, 40, 80, 160, 300, 300]),
+            (Some(300), &[10, 20, 40, 80, 160, 300, 300]),
+            (Some(60), &[10, 20, 40, 60, 60, 60, 60]),
+            (Some(10), &[10, 10, 10, 10, 10, 10, 10]),
+            (Some(2), &[2, 2, 2, 2, 2, 2, 2]),
+            (Some(1), &[1, 1, 1, 1, 1, 1, 1]),
+        ];
+        for (cap, want) in cases {
+            let mut b = Backoff::crash_loop(cap.map(Duration::from_secs));
+            let mut now = 0;
+            let mut seen = vec![];
+            for _ in 0..want.len() {
+                b.next("c", t(now), t(now));
+                seen.push(b.get("c").as_secs());
+                now += b.get("c").as_secs();
+            }
+            assert_eq!(&seen, want, "cap {cap:?}");
+        }
+    }
+
+    /// The reset after a quiet period stays upstream's 10 minutes with a small cap (not twice
+    /// the cap): a container crashing every 5 s under a 2 s cap stays at the cap.
+    #[test]
+    fn crash_loop_reset_is_ten_minutes_whatever_the_cap() {
+        let mut b = Backoff::crash_loop(Some(Duration::from_secs(2)));
+        b.next("c", t(0), t(0));
+        b.next("c", t(5), t(5));
+        assert_eq!(
+            b.in_backoff_since("c", t(5), t(6)),
+            Some(Duration::from_secs(1))
+        );
+        b.gc(t(600));
+        assert_eq!(b.get("c"), Duration::from_secs(2), "kept within 600 s");
+        b.gc(t(606));
+        assert_eq!(b.get("c"), Duration::ZERO, "dropped after 600 s idle");
     }
 
     #[test]

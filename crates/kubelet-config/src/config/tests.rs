@@ -298,3 +298,59 @@ fn tls_fields_resolved_and_checked() {
         "{e}"
     );
 }
+
+/// `crashLoopBackOff.maxContainerRestartPeriod`: upstream's range and feature gate checks.
+#[test]
+fn crash_loop_max_restart_period_table() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let ok: &[(&str, Option<u64>)] = &[
+        ("", None),
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: 2s}\n",
+            Some(2),
+        ),
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: 5m}\n",
+            Some(300),
+        ),
+        (
+            "featureGates: {KubeletCrashLoopBackOffMax: true}\n\
+             crashLoopBackOff: {maxContainerRestartPeriod: 1s}\n",
+            Some(1),
+        ),
+        ("featureGates: {KubeletCrashLoopBackOffMax: false}\n", None),
+    ];
+    for (body, want) in ok {
+        let l = parse(&format!("{head}{body}")).unwrap();
+        assert_eq!(
+            l.config.crash_loop_max_restart_period,
+            want.map(Duration::from_secs),
+            "{body}"
+        );
+        assert!(l.warnings.is_empty(), "{body}: {:?}", l.warnings);
+    }
+    let bad: &[(&str, &str)] = &[
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: 500ms}\n",
+            "CrashLoopBackOff.MaxContainerRestartPeriod (got: 0.5 seconds) must be set between 1s and 300s",
+        ),
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: 301s}\n",
+            "(got: 301 seconds) must be set between 1s and 300s",
+        ),
+        (
+            "featureGates: {KubeletCrashLoopBackOffMax: false}\n\
+             crashLoopBackOff: {maxContainerRestartPeriod: 2s}\n",
+            "FeatureGate KubeletCrashLoopBackOffMax not enabled, \
+             CrashLoopBackOff.MaxContainerRestartPeriod must not be set",
+        ),
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: soon}\n",
+            "crashLoopBackOff.maxContainerRestartPeriod:",
+        ),
+    ];
+    for (body, want) in bad {
+        let e = parse(&format!("{head}{body}")).unwrap_err().to_string();
+        assert!(e.contains(want), "{body}: {e}");
+    }
+}

@@ -402,6 +402,7 @@ impl Wiring<'_> {
             tokens: crate::token::TokenManager::new(api.client.clone()),
             services,
             cm,
+            crash_loop_max: cfg.crash_loop_max_restart_period,
         });
         Ok(PodRuntime {
             ctx,

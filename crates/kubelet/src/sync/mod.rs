@@ -64,6 +64,8 @@ pub struct SyncContext {
     pub services: crate::services::ServiceLister,
     /// The container manager: pod cgroups, OOM scores, CFS settings.
     pub cm: crate::cm::ContainerManager,
+    /// `crashLoopBackOff.maxContainerRestartPeriod`: each pod's CrashLoopBackOff cap.
+    pub crash_loop_max: Option<Duration>,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -91,8 +93,14 @@ pub struct PodState {
 
 impl PodState {
     pub fn new() -> Self {
+        Self::with_crash_loop_max(None)
+    }
+
+    /// A fresh state whose CrashLoopBackOff is capped at `crash_loop_max`
+    /// (`crashLoopBackOff.maxContainerRestartPeriod`).
+    pub fn with_crash_loop_max(crash_loop_max: Option<Duration>) -> Self {
         PodState {
-            crash_backoff: Backoff::crash_loop(),
+            crash_backoff: Backoff::crash_loop(crash_loop_max),
             image_backoff: Backoff::image_pull(),
             reasons: HashMap::new(),
             last_status: None,

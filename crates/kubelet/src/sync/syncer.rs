@@ -25,7 +25,7 @@ impl PodSyncer for Syncer {
     type State = PodState;
 
     fn new_state(&self, _pod: &Pod) -> PodState {
-        PodState::new()
+        PodState::with_crash_loop_max(self.ctx.crash_loop_max)
     }
 
     async fn sync_pod(&self, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
