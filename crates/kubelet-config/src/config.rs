@@ -157,6 +157,9 @@ pub struct KubeletConfig {
     /// beta and on by default since upstream 1.35): the CrashLoopBackOff cap, 1s..300s; None keeps
     /// upstream's 300 s.
     pub crash_loop_max_restart_period: Option<Duration>,
+    /// `seccompDefault` / `--seccomp-default`: RuntimeDefault seccomp for containers whose pod
+    /// and container set no profile.
+    pub seccomp_default: bool,
     /// `logging.verbosity` / `-v`: klog's level, mapped onto tracing levels by the binary.
     pub log_verbosity: u32,
     /// The container manager's settings (cgroups, reservations, node allocatable).
@@ -288,6 +291,7 @@ impl Default for KubeletConfig {
             enable_debugging_handlers: true,
             fine_grained_authz: true,
             crash_loop_max_restart_period: None,
+            seccomp_default: false,
             log_verbosity: 0,
             cgroups: cgroups::CgroupConfig::default(),
             v1beta1: schema::defaults_tree(),
@@ -562,6 +566,9 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         if let Some(v) = r.int(key).and_then(|n| u32::try_from(n).ok()) {
             *out = v;
         }
+    }
+    if let Some(b) = r.bool("seccompDefault") {
+        cfg.seccomp_default = b;
     }
     if let Some(b) = r.bool("serializeImagePulls") {
         cfg.serialize_image_pulls = b;

@@ -147,7 +147,7 @@ pub const FLAGS: &[Spec] = &[
     flag("cert-dir", Str, Implemented),
     flag("cloud-provider", Str, Ignored),
     flag("root-dir", Str, Implemented),
-    cfg("seccomp-default", Bool, "seccompDefault", NotYet),
+    cfg("seccomp-default", Bool, "seccompDefault", Implemented),
     flag("node-labels", Map, Implemented),
     flag("lock-file", Str, NotYet),
     flag("exit-on-lock-contention", Bool, NotYet),

@@ -302,7 +302,7 @@ pub const FIELDS: &[Field] = &[
     f("reservedMemory", List, "", NotYet),
     f("enableProfilingHandler", Bool, "true", NotYet),
     f("enableDebugFlagsHandler", Bool, "true", NotYet),
-    f("seccompDefault", Bool, "false", NotYet),
+    f("seccompDefault", Bool, "false", Implemented),
     f("memoryThrottlingFactor", Float, "0.9", NotYet),
     f("memoryReservationPolicy", Str, "", NotYet),
     f("registerWithTaints", List, "", Implemented),

@@ -403,6 +403,7 @@ impl Wiring<'_> {
             services,
             cm,
             crash_loop_max: cfg.crash_loop_max_restart_period,
+            seccomp_default: cfg.seccomp_default,
         });
         Ok(PodRuntime {
             ctx,

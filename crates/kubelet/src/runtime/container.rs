@@ -29,6 +29,8 @@ pub struct RunContainerOptions {
     pub image_user: ImageUser,
     /// `<root-dir>/seccomp`, the base of Localhost seccomp profiles.
     pub seccomp_root: PathBuf,
+    /// `seccompDefault`: RuntimeDefault for containers whose pod and container set no profile.
+    pub seccomp_default: bool,
     /// An ephemeral container's `targetContainerName`, resolved to the running container's ID:
     /// it joins that container's PID namespace (upstream `TargetId` with `NamespaceMode_TARGET`).
     pub target_container_id: Option<String>,
@@ -82,8 +84,13 @@ pub fn container_config(
 ) -> Result<api::ContainerConfig, ConfigError> {
     security::verify_run_as_non_root(pod, c, &opts.image_user)?;
     let (command, args) = env::expand_command_and_args(c, &opts.envs);
-    let mut security_context =
-        security::linux_security_context(pod, c, &opts.image_user, &opts.seccomp_root)?;
+    let mut security_context = security::linux_security_context(
+        pod,
+        c,
+        &opts.image_user,
+        &opts.seccomp_root,
+        opts.seccomp_default,
+    )?;
     if let Some(target) = &opts.target_container_id {
         if let Some(ns) = security_context.namespace_options.as_mut() {
             ns.pid = api::NamespaceMode::Target as i32;

@@ -139,12 +139,14 @@ pub fn verify_run_as_non_root(
 }
 
 /// The CRI security context (upstream `determineEffectiveSecurityContext`). `seccomp_root` is
-/// `<root-dir>/seccomp`, where Localhost seccomp profiles live.
+/// `<root-dir>/seccomp`, where Localhost seccomp profiles live; `seccomp_default` is
+/// `seccompDefault` (no profile set means RuntimeDefault).
 pub fn linux_security_context(
     pod: &Pod,
     c: &Container,
     image: &ImageUser,
     seccomp_root: &Path,
+    seccomp_default: bool,
 ) -> Result<api::LinuxContainerSecurityContext, ConfigError> {
     let sc = effective(pod, c);
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
@@ -173,6 +175,7 @@ pub fn linux_security_context(
                 .and_then(|s| s.seccomp_profile.as_ref())
                 .or_else(|| pod_sc.and_then(|s| s.seccomp_profile.as_ref())),
             seccomp_root,
+            seccomp_default,
         )?),
         ..Default::default()
     };
@@ -205,10 +208,13 @@ pub fn linux_security_context(
     Ok(out)
 }
 
-/// Upstream `fieldSeccompProfile` with `seccompDefault` off: no profile means Unconfined.
+/// Upstream `getSeccompProfile` + `fieldSeccompProfile`: the container's profile, else the pod's;
+/// with neither, RuntimeDefault under `seccompDefault` (`fallback_to_runtime_default`) and
+/// Unconfined without it. An explicit `Unconfined` stays Unconfined either way.
 pub fn seccomp_profile(
     p: Option<&SeccompProfile>,
     root: &Path,
+    fallback_to_runtime_default: bool,
 ) -> Result<api::SecurityProfile, ConfigError> {
     use api::security_profile::ProfileType;
     let profile = |t: ProfileType, r: String| api::SecurityProfile {
@@ -217,6 +223,9 @@ pub fn seccomp_profile(
     };
     Ok(
         match p.map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())) {
+            None if fallback_to_runtime_default => {
+                profile(ProfileType::RuntimeDefault, String::new())
+            }
             Some(("RuntimeDefault", _)) => profile(ProfileType::RuntimeDefault, String::new()),
             Some(("Localhost", Some(name))) if !name.is_empty() => profile(
                 ProfileType::Localhost,

@@ -138,7 +138,7 @@ fn container_over_pod_and_image_user_fallback() {
     };
     let (p, c) = pod(Some(psc), Some(csc));
     let root_dir = Path::new("/var/lib/kubelet/seccomp");
-    let sc = linux_security_context(&p, &c, &uid(5), root_dir).unwrap();
+    let sc = linux_security_context(&p, &c, &uid(5), root_dir, false).unwrap();
     assert_eq!(sc.run_as_user, Some(api::Int64Value { value: 65534 }));
     assert_eq!(sc.run_as_group, Some(api::Int64Value { value: 2000 }));
     assert_eq!(sc.supplemental_groups, vec![3000, 4000, 4001]);
@@ -160,7 +160,7 @@ fn container_over_pod_and_image_user_fallback() {
 
     // Nothing set: the image's user, Unconfined seccomp, privilege escalation allowed.
     let (p, c) = pod(None, None);
-    let sc = linux_security_context(&p, &c, &uid(1000), root_dir).unwrap();
+    let sc = linux_security_context(&p, &c, &uid(1000), root_dir, false).unwrap();
     assert_eq!(sc.run_as_user, Some(api::Int64Value { value: 1000 }));
     assert_eq!(
         sc.seccomp.unwrap().profile_type,
@@ -171,7 +171,7 @@ fn container_over_pod_and_image_user_fallback() {
         uid: None,
         username: "app".into(),
     };
-    let sc = linux_security_context(&p, &c, &named, root_dir).unwrap();
+    let sc = linux_security_context(&p, &c, &named, root_dir, false).unwrap();
     assert_eq!((sc.run_as_user, sc.run_as_username.as_str()), (None, "app"));
 
     // procMount Unmasked clears the default paths.
@@ -182,7 +182,7 @@ fn container_over_pod_and_image_user_fallback() {
             ..Default::default()
         }),
     );
-    let sc = linux_security_context(&p, &c, &root(), root_dir).unwrap();
+    let sc = linux_security_context(&p, &c, &root(), root_dir, false).unwrap();
     assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
 }
 
@@ -193,7 +193,7 @@ fn seccomp_and_apparmor_passthrough() {
         type_: "Localhost".into(),
         localhost_profile: Some("profiles/audit.json".into()),
     };
-    let sp = seccomp_profile(Some(&local), root_dir).unwrap();
+    let sp = seccomp_profile(Some(&local), root_dir, false).unwrap();
     assert_eq!(
         (sp.profile_type, sp.localhost_ref.as_str()),
         (
@@ -205,7 +205,7 @@ fn seccomp_and_apparmor_passthrough() {
         type_: "Localhost".into(),
         localhost_profile: None,
     };
-    assert!(seccomp_profile(Some(&bad), root_dir).is_err());
+    assert!(seccomp_profile(Some(&bad), root_dir, false).is_err());
     // The container's seccomp wins over the pod's.
     let (p, c) = pod(
         Some(PodSecurityContext {
@@ -223,7 +223,7 @@ fn seccomp_and_apparmor_passthrough() {
             ..Default::default()
         }),
     );
-    let sc = linux_security_context(&p, &c, &root(), root_dir).unwrap();
+    let sc = linux_security_context(&p, &c, &root(), root_dir, false).unwrap();
     assert_eq!(
         sc.seccomp.unwrap().profile_type,
         ProfileType::Unconfined as i32
@@ -277,4 +277,41 @@ fn seccomp_and_apparmor_passthrough() {
         (a.unwrap().profile_type, dep.as_str()),
         (ProfileType::Unconfined as i32, "unconfined")
     );
+}
+
+/// `seccompDefault`: only an unset profile (container and pod) changes; explicit ones stay.
+#[test]
+fn seccomp_default_table() {
+    use ProfileType as T;
+    let root_dir = Path::new("/var/lib/kubelet/seccomp");
+    let prof = |t: &str| SeccompProfile {
+        type_: t.into(),
+        localhost_profile: (t == "Localhost").then(|| "p.json".into()),
+    };
+    let cases: &[(Option<&str>, bool, T)] = &[
+        (None, false, T::Unconfined),
+        (None, true, T::RuntimeDefault),
+        (Some("Unconfined"), true, T::Unconfined),
+        (Some("RuntimeDefault"), false, T::RuntimeDefault),
+        (Some("Localhost"), true, T::Localhost),
+    ];
+    for (t, default, want) in cases {
+        let p = t.map(prof);
+        let got = seccomp_profile(p.as_ref(), root_dir, *default).unwrap();
+        assert_eq!(
+            got.profile_type, *want as i32,
+            "{t:?} seccompDefault={default}"
+        );
+    }
+    // Through the whole security context: a pod-level Unconfined is kept under seccompDefault.
+    let (p, c) = pod(None, None);
+    let sc = linux_security_context(&p, &c, &root(), root_dir, true).unwrap();
+    assert_eq!(sc.seccomp.unwrap().profile_type, T::RuntimeDefault as i32);
+    let psc = PodSecurityContext {
+        seccomp_profile: Some(prof("Unconfined")),
+        ..Default::default()
+    };
+    let (p, c) = pod(Some(psc), None);
+    let sc = linux_security_context(&p, &c, &root(), root_dir, true).unwrap();
+    assert_eq!(sc.seccomp.unwrap().profile_type, T::Unconfined as i32);
 }

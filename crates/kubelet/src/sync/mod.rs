@@ -66,6 +66,8 @@ pub struct SyncContext {
     pub cm: crate::cm::ContainerManager,
     /// `crashLoopBackOff.maxContainerRestartPeriod`: each pod's CrashLoopBackOff cap.
     pub crash_loop_max: Option<Duration>,
+    /// `seccompDefault`: RuntimeDefault seccomp for containers that set no profile.
+    pub seccomp_default: bool,
 }
 
 /// What a worker keeps between syncs of its pod.

@@ -115,6 +115,7 @@ pub async fn generate(
         mounts,
         image_user,
         seccomp_root: ctx.root_dir.join("seccomp"),
+        seccomp_default: ctx.seccomp_default,
         target_container_id: None,
         oom_score_adj: ctx.cm.oom_score_adj(pod, c),
         cfs_quota: ctx.cm.cfs().0,
