@@ -404,6 +404,7 @@ impl Wiring<'_> {
             cm,
             crash_loop_max: cfg.crash_loop_max_restart_period,
             seccomp_default: cfg.seccomp_default,
+            runtime_classes: crate::runtime::runtime_class::RuntimeClasses::new(api.client.clone()),
         });
         Ok(PodRuntime {
             ctx,

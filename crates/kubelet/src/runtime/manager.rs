@@ -26,6 +26,8 @@ pub enum RuntimeError {
     },
     #[error("{what}")]
     Config { what: String },
+    #[error(transparent)]
+    RuntimeClass(#[from] super::runtime_class::RuntimeClassError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -216,11 +218,13 @@ impl RuntimeManager {
         Ok(out)
     }
 
-    /// Creates the pod's sandbox and returns its ID and IP (upstream `createPodSandbox`).
+    /// Creates the pod's sandbox with the CRI `runtime_handler` (from its RuntimeClass, see
+    /// [`super::runtime_class`]) and returns its ID and IP (upstream `createPodSandbox`).
     pub async fn run_sandbox(
         &self,
         pod: &Pod,
         attempt: u32,
+        runtime_handler: String,
     ) -> Result<(String, String), RuntimeError> {
         let config = self
             .sandbox_config(pod, attempt)
@@ -235,11 +239,7 @@ impl RuntimeManager {
             .cri
             .run_pod_sandbox(api::RunPodSandboxRequest {
                 config: Some(config),
-                runtime_handler: pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.runtime_class_name.clone())
-                    .unwrap_or_default(),
+                runtime_handler,
             })
             .await
             .map_err(cri("RunPodSandbox"))?

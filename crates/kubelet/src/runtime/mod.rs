@@ -6,6 +6,7 @@ pub mod container;
 pub mod env;
 pub mod labels;
 pub mod manager;
+pub mod runtime_class;
 pub mod sandbox;
 pub mod security;
 

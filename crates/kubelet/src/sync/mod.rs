@@ -68,6 +68,8 @@ pub struct SyncContext {
     pub crash_loop_max: Option<Duration>,
     /// `seccompDefault`: RuntimeDefault seccomp for containers that set no profile.
     pub seccomp_default: bool,
+    /// RuntimeClass handlers for RunPodSandbox (read with the kubelet's client).
+    pub runtime_classes: crate::runtime::runtime_class::RuntimeClasses,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -541,7 +543,16 @@ async fn execute(
     }
 
     let (sandbox_id, attempt, ip) = if actions.create_sandbox {
-        match ctx.runtime.run_sandbox(pod, actions.attempt).await {
+        let sandbox = match ctx.runtime_classes.handler(pod).await {
+            Ok(handler) => {
+                if !handler.is_empty() {
+                    info!(pod = %who, runtime_handler = %handler, "running pod with runtime handler");
+                }
+                ctx.runtime.run_sandbox(pod, actions.attempt, handler).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        match sandbox {
             Ok((id, ip)) => {
                 crate::metrics::get().started_pods.inc();
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
