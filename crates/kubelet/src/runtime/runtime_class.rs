@@ -11,6 +11,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::node::v1::RuntimeClass;
+use rkubelet_cri::api;
 
 /// Why a pod's runtime handler could not be found; the text is upstream's.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,34 @@ impl RuntimeClasses {
     }
 }
 
+/// Whether the pod's `hostUsers` can be honoured with `handler`, given the runtime handlers the
+/// runtime reports in its CRI `Status` (upstream `UsernsManager.GetOrCreateUserNamespaceMappings`
+/// with the `UserNamespacesSupport` gate on, as by default since 1.33, and
+/// `Kubelet.HandlerSupportsUserNamespaces`; the texts are upstream's). A pod asking for its own
+/// user namespace never silently runs in the host's: a runtime that does not report the handler
+/// (containerd 1.6 reports none) or reports it without `user_namespaces` fails the sandbox.
+/// rkubelet does not allocate user namespace ID mappings yet, so even a supporting runtime gets
+/// an error saying so rather than a pod in the host user namespace.
+pub fn check_host_users(
+    host_users: Option<bool>,
+    handler: &str,
+    handlers: &[api::RuntimeHandler],
+) -> Result<(), String> {
+    if host_users != Some(false) {
+        return Ok(());
+    }
+    match handlers.iter().find(|h| h.name == handler) {
+        None => Err(format!("the handler {handler:?} is not known")),
+        Some(h) if !h.features.as_ref().is_some_and(|f| f.user_namespaces) => Err(format!(
+            "RuntimeClass handler {handler:?} does not support user namespaces"
+        )),
+        Some(_) => Err(
+            "hostUsers: false needs user namespace ID mappings, which rkubelet does not allocate yet"
+                .into(),
+        ),
+    }
+}
+
 /// The pod's `runtimeClassName` unless unset or empty.
 pub fn class_name(pod: &Pod) -> Option<&str> {
     pod.spec
@@ -77,6 +106,61 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    type Case<'a> = (
+        Option<bool>,
+        &'a str,
+        &'a [api::RuntimeHandler],
+        Result<(), &'a str>,
+    );
+
+    #[test]
+    fn host_users_table() {
+        let h = |name: &str, userns: Option<bool>| api::RuntimeHandler {
+            name: name.into(),
+            features: userns.map(|u| api::RuntimeHandlerFeatures {
+                user_namespaces: u,
+                ..Default::default()
+            }),
+        };
+        let none: &[api::RuntimeHandler] = &[];
+        let no_userns = [h("", Some(false)), h("runc", None)];
+        let userns = [h("", Some(true))];
+        let cases: &[Case] = &[
+            (None, "", none, Ok(())),
+            (Some(true), "", none, Ok(())),
+            (Some(false), "", none, Err(r#"the handler "" is not known"#)),
+            (
+                Some(false),
+                "kata",
+                &no_userns,
+                Err(r#"the handler "kata" is not known"#),
+            ),
+            (
+                Some(false),
+                "",
+                &no_userns,
+                Err(r#"RuntimeClass handler "" does not support user namespaces"#),
+            ),
+            (
+                Some(false),
+                "runc",
+                &no_userns,
+                Err(r#"RuntimeClass handler "runc" does not support user namespaces"#),
+            ),
+        ];
+        for (host_users, handler, handlers, want) in cases {
+            let got = check_host_users(*host_users, handler, handlers);
+            assert_eq!(
+                got.as_ref().map_err(String::as_str),
+                want.as_ref().map_err(|e| *e),
+                "{host_users:?} {handler:?}"
+            );
+        }
+        assert!(check_host_users(Some(false), "", &userns)
+            .unwrap_err()
+            .contains("does not allocate"));
     }
 
     #[tokio::test]

@@ -543,14 +543,14 @@ async fn execute(
     }
 
     let (sandbox_id, attempt, ip) = if actions.create_sandbox {
-        let sandbox = match ctx.runtime_classes.handler(pod).await {
+        let sandbox = match sandbox_handler(ctx, pod).await {
             Ok(handler) => {
                 if !handler.is_empty() {
                     info!(pod = %who, runtime_handler = %handler, "running pod with runtime handler");
                 }
                 ctx.runtime.run_sandbox(pod, actions.attempt, handler).await
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         };
         match sandbox {
             Ok((id, ip)) => {
@@ -1053,4 +1053,28 @@ pub async fn remove_pod_dir(ctx: &SyncContext, pod: &crate::runtime::manager::Ru
             warn!(pod = %who, dir = %dir.display(), error = %e, "pod directory clean up panicked")
         }
     }
+}
+
+/// The CRI runtime handler for the pod's sandbox (its RuntimeClass's), refused when the pod
+/// asks for a user namespace (`hostUsers: false`) the handler cannot give (upstream
+/// `NamespacesForPod` -> `GetOrCreateUserNamespaceMappings`, against the runtime's reported
+/// handlers).
+async fn sandbox_handler(ctx: &SyncContext, pod: &Pod) -> Result<String, RuntimeError> {
+    use crate::runtime::runtime_class::check_host_users;
+    let handler = ctx.runtime_classes.handler(pod).await?;
+    let host_users = pod.spec.as_ref().and_then(|s| s.host_users);
+    if host_users == Some(false) {
+        let status = ctx
+            .runtime
+            .cri
+            .status(rkubelet_cri::api::StatusRequest { verbose: false })
+            .await
+            .map_err(|source| RuntimeError::Cri {
+                what: "Status".into(),
+                source,
+            })?;
+        check_host_users(host_users, &handler, &status.runtime_handlers)
+            .map_err(|what| RuntimeError::Config { what })?;
+    }
+    Ok(handler)
 }
