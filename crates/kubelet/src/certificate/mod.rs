@@ -5,8 +5,7 @@
 //! The pure parts live here (validity, the rotation deadline, the on-disk store, kubeconfig text);
 //! `csr` talks to the API, `bootstrap` is the startup step, `manager` the rotation tasks.
 //! `client` builds the API client from a kubeconfig, `throttle` puts `kubeAPIQPS` in front of it;
-//! `verify` and `tls_verify` accept X.509
-//! version 1 certificates where Go's crypto/x509 does.
+//! `verify` and `tls_verify` accept X.509 version 1 certificates where Go's crypto/x509 does.
 
 pub mod bootstrap;
 pub mod client;
