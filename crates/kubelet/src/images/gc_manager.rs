@@ -123,30 +123,43 @@ impl ImageGc {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failed_before = false;
         loop {
+            let req = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick(), if periodic => None,
+                Some(req) = self.rx.recv() => Some(req),
+            };
+            // A CRI call in a collection must not hold the kubelet's shutdown.
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick(), if periodic => {
-                    match self.garbage_collect().await {
-                        Ok(()) => failed_before = false,
-                        Err(e) => {
-                            // Upstream: the first failure may be stats not being ready yet; an
-                            // event only for repeated ones.
-                            if failed_before {
-                                warn!(error = %e, "image garbage collection failed multiple times in a row");
-                                self.recorder.node_event(EventType::Warning, events::IMAGE_GC_FAILED, e.to_string());
-                            } else {
-                                warn!(error = %e, "image garbage collection failed once; stats may not be ready yet");
-                            }
-                            failed_before = true;
-                        }
+                () = self.handle(req, &mut failed_before) => {}
+            }
+        }
+    }
+
+    /// A periodic collection (`req` None) or the eviction manager's request.
+    async fn handle(&mut self, req: Option<Request>, failed_before: &mut bool) {
+        match req {
+            None => match self.garbage_collect().await {
+                Ok(()) => *failed_before = false,
+                Err(e) => {
+                    // Upstream: the first failure may be stats not being ready yet; an event
+                    // only for repeated ones.
+                    if *failed_before {
+                        warn!(error = %e, "image garbage collection failed multiple times in a row");
+                        self.recorder.node_event(
+                            EventType::Warning,
+                            events::IMAGE_GC_FAILED,
+                            e.to_string(),
+                        );
+                    } else {
+                        warn!(error = %e, "image garbage collection failed once; stats may not be ready yet");
                     }
+                    *failed_before = true;
                 }
-                Some(req) = self.rx.recv() => match req {
-                    Request::DeleteUnused(reply) => {
-                        info!("attempting to delete unused images");
-                        let _ = reply.send(self.delete_unused().await);
-                    }
-                },
+            },
+            Some(Request::DeleteUnused(reply)) => {
+                info!("attempting to delete unused images");
+                let _ = reply.send(self.delete_unused().await);
             }
         }
     }

@@ -111,22 +111,41 @@ impl ContainerGc {
             max_containers = self.policy.max_containers, "container garbage collection policy");
         let mut next = tokio::time::Instant::now();
         loop {
+            // Waiting and collecting both end with the kubelet: a CRI call in a collection
+            // must not hold its shutdown.
+            let req = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => None,
+                Some(req) = self.rx.recv() => Some(req),
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep_until(next) => {
-                    let ready = self.collect_and_report(false).await;
-                    // The first full collection waits for every pod source (upstream only
-                    // skips the deleted pods' parts then, until the next period).
-                    next = tokio::time::Instant::now()
-                        + if ready { CONTAINER_GC_PERIOD } else { SOURCES_WAIT };
-                }
-                Some(req) = self.rx.recv() => match req {
-                    Request::DeleteAllUnused(reply) => {
-                        info!("attempting to delete unused containers");
-                        let _ = reply.send(self.collect(true).await.map(|_| ()));
-                    }
-                    Request::Soon => { self.collect_and_report(false).await; }
-                },
+                () = self.handle(req, &mut next) => {}
+            }
+        }
+    }
+
+    /// One collection: the periodic one (`req` None), one a worker asked for, or the eviction
+    /// manager's.
+    async fn handle(&mut self, req: Option<Request>, next: &mut tokio::time::Instant) {
+        match req {
+            None => {
+                let ready = self.collect_and_report(false).await;
+                // The first full collection waits for every pod source (upstream only skips
+                // the deleted pods' parts then, until the next period).
+                *next = tokio::time::Instant::now()
+                    + if ready {
+                        CONTAINER_GC_PERIOD
+                    } else {
+                        SOURCES_WAIT
+                    };
+            }
+            Some(Request::DeleteAllUnused(reply)) => {
+                info!("attempting to delete unused containers");
+                let _ = reply.send(self.collect(true).await.map(|_| ()));
+            }
+            Some(Request::Soon) => {
+                self.collect_and_report(false).await;
             }
         }
     }
