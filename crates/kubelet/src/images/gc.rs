@@ -15,6 +15,19 @@ pub struct ListedImage {
     /// CRI `pinned`: the runtime asks us never to remove it (containerd pins its sandbox image
     /// from 1.7).
     pub pinned: bool,
+    /// Its repo tags and digests: a runtime may name a container's image by either.
+    pub names: Vec<String>,
+}
+
+/// The IDs of the listed images that `refs` (containers' image refs, sandbox image IDs) name,
+/// by ID, tag or digest, so an image is never taken for unused because a runtime reported a
+/// container's image by a reference other than its ID.
+pub fn images_in_use(images: &[ListedImage], refs: &HashSet<String>) -> HashSet<String> {
+    images
+        .iter()
+        .filter(|i| refs.contains(&i.id) || i.names.iter().any(|n| refs.contains(n)))
+        .map(|i| i.id.clone())
+        .collect()
 }
 
 /// Upstream `imageRecord`: what the kubelet remembers of an image. Kept in memory only, as
@@ -150,7 +163,19 @@ mod tests {
             id: id.into(),
             size,
             pinned,
+            names: vec![format!("reg/{id}:1"), format!("reg/{id}@sha256:{id}")],
         }
+    }
+
+    #[test]
+    fn in_use_by_id_tag_or_digest() {
+        let images = [img("a", 1, false), img("b", 1, false), img("c", 1, false)];
+        let refs = set(&["a", "reg/b:1", "reg/zz:1"]);
+        let mut got: Vec<String> = images_in_use(&images, &refs).into_iter().collect();
+        got.sort();
+        assert_eq!(got, ["a", "b"]);
+        let refs = set(&["reg/c@sha256:c"]);
+        assert_eq!(images_in_use(&images, &refs), set(&["c"]));
     }
 
     fn set(ids: &[&str]) -> HashSet<String> {

@@ -197,16 +197,17 @@ impl ImageGc {
                 source,
             })?
             .containers;
-        let mut in_use: HashSet<String> = HashSet::new();
+        let mut refs: HashSet<String> = HashSet::new();
         for c in &containers {
-            in_use.insert(c.image_ref.clone());
+            refs.insert(c.image_ref.clone());
             if let Some(spec) = &c.image {
-                in_use.insert(spec.image.clone());
+                refs.insert(spec.image.clone());
             }
         }
         for name in &self.sandbox_images {
+            refs.insert(name.clone());
             if let Some(id) = self.image_id(name).await {
-                in_use.insert(id);
+                refs.insert(id);
             }
         }
         let listed: Vec<ListedImage> = images
@@ -215,8 +216,10 @@ impl ImageGc {
                 id: i.id.clone(),
                 size: i.size,
                 pinned: i.pinned,
+                names: i.repo_tags.iter().chain(&i.repo_digests).cloned().collect(),
             })
             .collect();
+        let in_use = gc::images_in_use(&listed, &refs);
         gc::detect(
             &mut self.records,
             &listed,

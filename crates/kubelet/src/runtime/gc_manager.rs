@@ -68,12 +68,6 @@ impl ContainerGcHandle {
     pub fn collect_soon(&self) {
         let _ = self.tx.try_send(Request::Soon);
     }
-
-    /// A handle whose requests go nowhere (in-process tests without a collector).
-    pub fn disconnected() -> ContainerGcHandle {
-        let (tx, _) = mpsc::channel(1);
-        ContainerGcHandle { tx }
-    }
 }
 
 pub struct ContainerGc {
