@@ -21,10 +21,14 @@ pub const KMSG: &str = "/dev/kmsg";
 /// Runs until cancelled. `/dev/kmsg` not being readable (no CAP_SYSLOG, a container without
 /// it) is one warning line; the kubelet goes on without system OOM events.
 pub async fn watch(recorder: Recorder, cancel: CancellationToken) {
-    let fd = match open_at_end(KMSG) {
+    watch_device(KMSG, recorder, cancel).await
+}
+
+async fn watch_device(device: &str, recorder: Recorder, cancel: CancellationToken) {
+    let fd = match open_at_end(device) {
         Ok(fd) => fd,
         Err(e) => {
-            warn!(device = KMSG, error = %e, "cannot read the kernel log; system OOM kills will not be reported as SystemOOM events");
+            warn!(device, error = %e, "cannot read the kernel log; system OOM kills will not be reported as SystemOOM events");
             cancel.cancelled().await;
             return;
         }
@@ -105,5 +109,24 @@ fn handle(oom: &parser::OomInstance, recorder: &Recorder) {
         // Upstream reports only system-wide OOMs; a cgroup that hit its own limit is not one.
         info!(pid = oom.pid, process = %oom.process_name, oom_memcg = %oom.victim_container_name,
             task_memcg = %oom.container_name, "OOM kill inside a memory cgroup (not a system OOM)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreadable_kernel_log_is_not_fatal() {
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(watch_device(
+            "/nonexistent/kmsg",
+            Recorder::disabled(),
+            cancel.clone(),
+        ));
+        tokio::task::yield_now().await;
+        assert!(!task.is_finished(), "it waits for the kubelet to stop");
+        cancel.cancel();
+        task.await.expect("no panic");
     }
 }
