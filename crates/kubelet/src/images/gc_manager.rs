@@ -101,7 +101,7 @@ impl ImageGc {
             sandbox_images: vec![pod_infra_image],
             recorder,
             records: HashMap::new(),
-            began: SystemTime::now(),
+            began: crate::clock::now(),
             rx,
         };
         (gc, ImageGcHandle { tx })
@@ -225,7 +225,7 @@ impl ImageGc {
             &listed,
             &in_use,
             detect_time,
-            SystemTime::now(),
+            crate::clock::now(),
         );
         Ok(in_use)
     }
@@ -247,7 +247,7 @@ impl ImageGc {
 
     /// Upstream `GarbageCollect`.
     async fn garbage_collect(&mut self) -> Result<(), ImageGcError> {
-        let free_time = SystemTime::now();
+        let free_time = crate::clock::now();
         let in_use = self.detect(free_time).await?;
         let mut candidates = gc::eviction_order(&self.records, &in_use);
         // Upstream `freeOldImages`.
@@ -318,7 +318,7 @@ impl ImageGc {
 
     /// Upstream `DeleteUnusedImages`.
     async fn delete_unused(&mut self) -> Result<u64, ImageGcError> {
-        let free_time = SystemTime::now();
+        let free_time = crate::clock::now();
         let in_use = self.detect(free_time).await?;
         let candidates = gc::eviction_order(&self.records, &in_use);
         self.free_space(u64::MAX, free_time, &candidates).await

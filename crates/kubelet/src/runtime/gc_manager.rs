@@ -174,7 +174,7 @@ impl ContainerGc {
             .map_err(|_| ContainerGcError::Stopped)?;
         let states = rx.await.map_err(|_| ContainerGcError::Stopped)?;
         let (containers, sandboxes) = self.list().await?;
-        let now_ns = now_ns();
+        let now_ns = crate::clock::now_unix_nanos();
         let mut errors = Vec::new();
         let remove = gc::containers_to_remove(
             &containers,
@@ -333,11 +333,4 @@ async fn read_dir_names(dir: &std::path::Path) -> Vec<String> {
         }
     }
     out
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
