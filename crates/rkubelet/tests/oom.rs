@@ -94,8 +94,9 @@ async fn oom_kills_outside_pods_are_read_from_the_kernel_log() {
         .open("/dev/kmsg")
         .unwrap();
     for r in &records {
-        // One write, one record.
-        kmsg.write_all(r.as_bytes()).unwrap();
+        // One write, one record; the newline finalizes it (a record without one stays open
+        // for a continuation, and readers of /dev/kmsg do not see it yet).
+        kmsg.write_all(format!("{r}\n").as_bytes()).unwrap();
     }
     let want = format!("System OOM encountered, victim process: {name}, pid: {pid}");
     let ev = wait_until(
