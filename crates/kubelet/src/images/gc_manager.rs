@@ -139,24 +139,29 @@ impl ImageGc {
     /// A periodic collection (`req` None) or the eviction manager's request.
     async fn handle(&mut self, req: Option<Request>, failed_before: &mut bool) {
         match req {
-            None => match self.garbage_collect().await {
-                Ok(()) => *failed_before = false,
-                Err(e) => {
-                    // Upstream: the first failure may be stats not being ready yet; an event
-                    // only for repeated ones.
-                    if *failed_before {
-                        warn!(error = %e, "image garbage collection failed multiple times in a row");
-                        self.recorder.node_event(
-                            EventType::Warning,
-                            events::IMAGE_GC_FAILED,
-                            e.to_string(),
-                        );
-                    } else {
-                        warn!(error = %e, "image garbage collection failed once; stats may not be ready yet");
+            None => {
+                let started = std::time::Instant::now();
+                let result = self.garbage_collect().await;
+                debug!(elapsed = ?started.elapsed(), images = self.records.len(), "image garbage collection pass");
+                match result {
+                    Ok(()) => *failed_before = false,
+                    Err(e) => {
+                        // Upstream: the first failure may be stats not being ready yet; an
+                        // event only for repeated ones.
+                        if *failed_before {
+                            warn!(error = %e, "image garbage collection failed multiple times in a row");
+                            self.recorder.node_event(
+                                EventType::Warning,
+                                events::IMAGE_GC_FAILED,
+                                e.to_string(),
+                            );
+                        } else {
+                            warn!(error = %e, "image garbage collection failed once; stats may not be ready yet");
+                        }
+                        *failed_before = true;
                     }
-                    *failed_before = true;
                 }
-            },
+            }
             Some(Request::DeleteUnused(reply)) => {
                 info!("attempting to delete unused images");
                 let _ = reply.send(self.delete_unused().await);

@@ -166,6 +166,7 @@ impl ContainerGc {
     async fn collect(&mut self, evict_non_deleted: bool) -> Result<bool, ContainerGcError> {
         // Read before asking for the states: a directory seen here existed before the answer,
         // so its pod, if still wanted, is in it.
+        let started = std::time::Instant::now();
         let log_dirs = read_dir_names(&self.runtime.pod_logs_dir).await;
         let (tx, rx) = oneshot::channel();
         self.states
@@ -229,6 +230,8 @@ impl ContainerGc {
             }
         }
         self.remove_dangling_symlinks().await;
+        debug!(elapsed = ?started.elapsed(), containers = remaining.len() + remove.len(),
+            removed = remove.len(), "container garbage collection pass");
         if errors.is_empty() {
             Ok(states.sources_ready)
         } else {
