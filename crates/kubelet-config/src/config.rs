@@ -9,6 +9,7 @@
 
 pub mod cgroups;
 mod duration;
+pub mod gc;
 pub mod schema;
 pub mod tls;
 mod validate;
@@ -153,6 +154,10 @@ pub struct KubeletConfig {
     pub log_verbosity: u32,
     /// The container manager's settings (cgroups, reservations, node allocatable).
     pub cgroups: cgroups::CgroupConfig,
+    /// `imageGC*` and `image*GCAge`: the image garbage collector's policy.
+    pub image_gc: gc::ImageGcPolicy,
+    /// The container garbage collector's policy (deprecated flags only, as upstream).
+    pub container_gc: gc::ContainerGcPolicy,
     /// The effective `KubeletConfiguration` v1beta1 tree (defaults, file, drop-ins, flags), every
     /// field included, for `/configz`; the typed fields above are what rkubelet acts on.
     pub v1beta1: Value,
@@ -279,6 +284,8 @@ impl Default for KubeletConfig {
             fine_grained_authz: true,
             log_verbosity: 0,
             cgroups: cgroups::CgroupConfig::default(),
+            image_gc: gc::ImageGcPolicy::default(),
+            container_gc: gc::ContainerGcPolicy::default(),
             v1beta1: schema::defaults_tree(),
         }
     }
@@ -666,6 +673,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         }
     }
     cgroups::read(&mut r, &mut cfg.cgroups);
+    gc::read(&mut r, &mut cfg.image_gc);
     if let Some(mut l) = r.section("logging") {
         if let Some(v) = l.int("verbosity") {
             match u32::try_from(v) {

@@ -22,6 +22,7 @@ pub mod mirror;
 pub mod node;
 pub mod object_cache;
 pub mod objects;
+pub mod oom;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podutil;

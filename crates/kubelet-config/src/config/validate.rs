@@ -52,6 +52,7 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
         ));
     }
     super::cgroups::validate(&cfg.cgroups, errors);
+    super::gc::validate(&cfg.image_gc, errors);
     if !cfg.container_logs_dir.is_absolute() {
         errors.push(format!(
             "container logs dir: must be an absolute path, got {:?}",

@@ -22,6 +22,7 @@ use crate::pleg::{PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::{Phase, PodSyncer, PodWorkers, WorkerEvent};
 use crate::podutil;
 use crate::prober::{ProbeHandle, ProbeResults, ResultUpdate};
+use crate::runtime::gc::{PodGcState, PodStates};
 use crate::source::{ConfigEvent, PodOp, PodUpdate};
 use crate::status::{compute, StatusHandle};
 use crate::types::PodPhase;
@@ -67,6 +68,8 @@ pub struct Inputs {
     pub worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
     pub probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
     pub object_changes: mpsc::UnboundedReceiver<String>,
+    /// The container GC asking which pods are active, finished or deleted.
+    pub gc_states: mpsc::Receiver<crate::runtime::StatesRequest>,
 }
 
 impl<S: PodSyncer> SyncLoop<S> {
@@ -106,6 +109,9 @@ impl<S: PodSyncer> SyncLoop<S> {
                     self.workers.sync(&uid);
                 }
                 Some(ev) = inputs.worker_events.recv() => self.handle_worker_event(ev).await,
+                Some(reply) = inputs.gc_states.recv() => {
+                    let _ = reply.send(self.pod_gc_states());
+                }
                 _ = sync_tick.tick() => {
                     for uid in self.workers.take_due(Instant::now()) {
                         self.workers.sync(&uid);
@@ -289,6 +295,29 @@ impl<S: PodSyncer> SyncLoop<S> {
             Arc::make_mut(r).remove_pod(uid);
             r.len() != before
         });
+    }
+
+    /// What the container GC may remove (upstream's `podStateProvider` over the pod workers):
+    /// a pod a source wants is active until it finished (or was rejected), then terminated; a
+    /// pod no source wants but whose worker still runs is active; anything else is deleted.
+    fn pod_gc_states(&self) -> PodStates {
+        let mut pods = HashMap::new();
+        for uid in self.pods.keys() {
+            let state = match self.workers.phase(uid) {
+                Some(Phase::Finished { .. }) | Some(Phase::Rejected) => PodGcState::Terminated,
+                _ => PodGcState::Active,
+            };
+            pods.insert(uid.clone(), state);
+        }
+        for uid in self.workers.uids() {
+            if self.workers.has_worker(uid) {
+                pods.entry(uid.to_string()).or_insert(PodGcState::Active);
+            }
+        }
+        PodStates {
+            sources_ready: self.expected_sources.is_subset(&self.seen_sources),
+            pods,
+        }
     }
 
     /// Upstream `HandlePodCleanups`: pods the runtime has that no source wants are killed and

@@ -87,6 +87,11 @@ pub(super) struct PodRuntime {
     pub object_cache: Option<ObjectCache>,
     pub object_changes: mpsc::UnboundedReceiver<String>,
     pub node_view: admission::NodeView,
+    /// The container GC's questions to the SyncLoop.
+    pub gc_states: mpsc::Receiver<crate::runtime::StatesRequest>,
+    /// Image GC, for the eviction manager's disk reclaim (with `ctx.container_gc`).
+    #[allow(dead_code)]
+    pub image_gc: crate::images::ImageGcHandle,
 }
 
 /// The pod sources, merged.
@@ -359,6 +364,17 @@ impl Wiring<'_> {
             }
             None => crate::services::ServiceLister::standalone(),
         };
+        let (container_gc, gc_states) = self.garbage_collectors(&runtime, api);
+        let (image_gc_task, image_gc) = crate::images::ImageGc::new(
+            self.cri.clone(),
+            cfg.image_gc,
+            cfg.pod_infra_container_image.clone(),
+            api.recorder.clone(),
+        );
+        self.spawn(
+            tracing::info_span!("image_gc"),
+            image_gc_task.run(self.cancel.child_token()),
+        );
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
@@ -387,6 +403,7 @@ impl Wiring<'_> {
             tokens: crate::token::TokenManager::new(api.client.clone()),
             services,
             cm,
+            container_gc,
         });
         Ok(PodRuntime {
             ctx,
@@ -398,7 +415,38 @@ impl Wiring<'_> {
             object_cache,
             object_changes,
             node_view,
+            gc_states,
+            image_gc,
         })
+    }
+
+    /// The container garbage collector (its pod states come from the SyncLoop) and the OOM
+    /// watcher, which only records events.
+    fn garbage_collectors(
+        &mut self,
+        runtime: &RuntimeManager,
+        api: &ApiSide,
+    ) -> (
+        crate::runtime::ContainerGcHandle,
+        mpsc::Receiver<crate::runtime::StatesRequest>,
+    ) {
+        let (states_tx, gc_states) = mpsc::channel(4);
+        let (gc, handle) = crate::runtime::ContainerGc::new(
+            runtime.clone(),
+            self.cfg.container_gc,
+            self.cfg.container_logs_dir.clone(),
+            api.recorder.clone(),
+            states_tx,
+        );
+        self.spawn(
+            tracing::info_span!("container_gc"),
+            gc.run(self.cancel.child_token()),
+        );
+        self.spawn(
+            tracing::info_span!("oom_watcher"),
+            crate::oom::watch(api.recorder.clone(), self.cancel.child_token()),
+        );
+        (handle, gc_states)
     }
 
     /// The 10250 server, with a serving certificate from the API when `serverTLSBootstrap`.
@@ -610,6 +658,7 @@ impl Wiring<'_> {
             worker_events,
             probe_updates: pods.probe_updates,
             object_changes: pods.object_changes,
+            gc_states: pods.gc_states,
         };
         (sync_loop, inputs)
     }

@@ -335,7 +335,7 @@ pub fn resource_families(
 
 /// The runtime's image filesystem: its usage from CRI `ImageFsInfo`, its size from the
 /// filesystem at the mountpoint the runtime names.
-async fn image_fs(cri: &CriClient) -> Option<(fs::DiskUsage, Option<fs::FsInfo>)> {
+pub(crate) async fn image_fs(cri: &CriClient) -> Option<(fs::DiskUsage, Option<fs::FsInfo>)> {
     let r = cri
         .image_fs_info(api::ImageFsInfoRequest {})
         .await

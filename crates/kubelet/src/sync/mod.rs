@@ -64,6 +64,8 @@ pub struct SyncContext {
     pub services: crate::services::ServiceLister,
     /// The container manager: pod cgroups, OOM scores, CFS settings.
     pub cm: crate::cm::ContainerManager,
+    /// The container garbage collector: the owner of dead instances and replaced sandboxes.
+    pub container_gc: crate::runtime::ContainerGcHandle,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -535,7 +537,11 @@ async fn execute(
             Ok((id, ip)) => {
                 crate::metrics::get().started_pods.inc();
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
-                remove_empty_replaced_sandboxes(ctx, &who, rt, &id).await;
+                if !rt.sandboxes.is_empty() {
+                    // The replaced sandboxes go with the container GC's next pass, which this
+                    // asks for now (upstream waits for its period).
+                    ctx.container_gc.collect_soon();
+                }
                 (id, actions.attempt, ip)
             }
             Err(e) => {
@@ -680,39 +686,10 @@ async fn execute(
             warn!(pod = %who, id = %id, error = %e, "failed to remove a created, never started container");
         }
     }
-    prune_dead_containers(ctx, pod, rt).await;
     let now = crate::clock::now();
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
     retry
-}
-
-/// Upstream's sandbox GC (`evictSandboxes`) for a live pod: a sandbox that is not ready, holds no
-/// containers and is not the newest goes (for instance one an interrupted RunPodSandbox left).
-async fn remove_empty_replaced_sandboxes(
-    ctx: &SyncContext,
-    who: &str,
-    rt: &PodRuntimeStatus,
-    newest: &str,
-) {
-    for old in rt.sandboxes.iter().filter(|s| !s.ready && s.id != newest) {
-        let listed = ctx
-            .runtime
-            .cri
-            .list_containers(rkubelet_cri::api::ListContainersRequest {
-                filter: Some(rkubelet_cri::api::ContainerFilter {
-                    pod_sandbox_id: old.id.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await;
-        if !listed.is_ok_and(|l| l.containers.is_empty()) {
-            continue;
-        }
-        if let Err(e) = ctx.runtime.remove_sandbox(&old.id).await {
-            warn!(pod = %who, sandbox = %old.id, error = %e, "failed to remove replaced sandbox");
-        }
-    }
 }
 
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
@@ -912,21 +889,6 @@ fn ephemeral_target(
                 c.name
             ),
         )),
-    }
-}
-
-/// Container GC for one pod (upstream keeps `MaxPerPodContainer` = 1 dead instance per container):
-/// the newest instance and the one before it stay (status and `logs --previous` need them).
-async fn prune_dead_containers(ctx: &SyncContext, pod: &Pod, rt: &PodRuntimeStatus) {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for c in &rt.containers {
-        let n = seen.entry(c.name.as_str()).or_default();
-        *n += 1;
-        if *n > 2 && c.state == ContainerState::Exited {
-            if let Err(e) = ctx.runtime.remove_container(&c.id).await {
-                warn!(pod = %podutil::describe(pod), container = %c.name, error = %e, "failed to remove dead container");
-            }
-        }
     }
 }
 

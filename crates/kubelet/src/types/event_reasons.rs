@@ -65,6 +65,8 @@ pub const NODE_HAS_INSUFFICIENT_PID: &str = "NodeHasInsufficientPID";
 // Image manager event reasons.
 pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
 pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
+/// A process outside any container was OOM-killed (upstream `pkg/kubelet/oom`).
+pub const SYSTEM_OOM: &str = "SystemOOM";
 
 // Probe event reasons.
 pub const CONTAINER_UNHEALTHY: &str = "Unhealthy";
