@@ -87,6 +87,9 @@ pub struct PodState {
     /// When the last sync's runtime actions ended: the next sync needs a runtime status read
     /// after it (upstream `lastSyncTime`). None before the first sync.
     pub last_sync: Option<tokio::time::Instant>,
+    /// The kubelet is failing this pod (an eviction): every status published from now on is
+    /// `Failed` with this reason and message.
+    pub failure: Option<compute::PodFailure>,
 }
 
 impl PodState {
@@ -103,6 +106,7 @@ impl PodState {
             synced: false,
             volumes: PodVolumes::default(),
             last_sync: None,
+            failure: None,
         }
     }
 }
@@ -134,6 +138,7 @@ async fn publish(
         runtime_name: &ctx.runtime_name,
         start_time: state.first_seen,
         host_ip: &ctx.node_ip,
+        failure: state.failure.as_ref(),
     };
     let status = compute::generate(pod, rt, &cx);
     let reason = |s: Option<&PodStatus>| s.and_then(|s| s.reason.clone());
@@ -930,16 +935,27 @@ async fn prune_dead_containers(ctx: &SyncContext, pod: &Pod, rt: &PodRuntimeStat
     }
 }
 
-/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status.
+/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status
+/// (`Failed` with the failure's reason and message when the kubelet fails the pod, as an
+/// eviction does).
 pub async fn terminate_pod(
     ctx: &SyncContext,
     state: &mut PodState,
     pod: &Arc<Pod>,
     grace_override: Option<Duration>,
+    failure: Option<&compute::PodFailure>,
 ) -> Result<(), RuntimeError> {
+    if let Some(f) = failure {
+        state.failure = Some(f.clone());
+    }
     let rt = ctx.cache.fresh(podutil::uid(pod), state.last_sync).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
     info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    if state.failure.is_some() {
+        // The failure shows at once, before the containers are stopped (upstream writes the
+        // pod status of a killed pod before killing it).
+        publish(ctx, state, pod, &rt).await;
+    }
     // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
