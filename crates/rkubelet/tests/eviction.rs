@@ -219,3 +219,225 @@ async fn memory_pressure_evicts_the_best_effort_pod_and_refuses_new_ones() {
     assert!(log.contains("evicting pod"), "{}", tail(&log, 40));
     eprintln!("hog created -> Failed/Evicted seen in the API: {evicted_after:?}");
 }
+
+/// A small ext4 filesystem on a loop device, made for one test and removed on drop (after the
+/// Env declared after it, so the kubelet and containerd are gone by then).
+struct LoopFs {
+    dir: std::path::PathBuf,
+    mnt: std::path::PathBuf,
+}
+
+impl LoopFs {
+    fn new(tag: &str, size_mb: u32) -> LoopFs {
+        let dir = std::path::PathBuf::from(format!("/tmp/rkt-loop-{tag}-{}", std::process::id()));
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(dir.join("mnt"))
+            .status();
+        let _ = std::fs::remove_dir_all(&dir);
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let img = dir.join("fs.img");
+        let run = |cmd: &str, args: &[&str]| {
+            let out = std::process::Command::new(cmd).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{cmd} {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(
+            "truncate",
+            &["-s", &format!("{size_mb}M"), img.to_str().unwrap()],
+        );
+        run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
+        run(
+            "mount",
+            &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
+        );
+        LoopFs { dir, mnt }
+    }
+
+    /// Bytes available to unprivileged writers (what statvfs reports as available).
+    fn available(&self) -> i64 {
+        let st = nix::sys::statvfs::statvfs(&self.mnt).unwrap();
+        (st.blocks_available() as i64) * (st.fragment_size() as i64)
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        // Lazily, in case a pod's mount below is still going away; the loop device is freed
+        // with the last reference (mount -o loop sets autoclear).
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mnt)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A pod writing `mb` MiB into an emptyDir on disk (with `size_limit` when given), then sleeping.
+fn filler_pod(name: &str, node: &str, mb: u32, size_limit: Option<&str>) -> String {
+    let script = format!(
+        "trap 'exit 0' TERM; dd if=/dev/zero of=/scratch/fill bs=1M count={mb} 2>/dev/null; \
+         while true; do sleep 1; done"
+    );
+    let limit = size_limit
+        .map(|l| format!("{{sizeLimit: {l}}}"))
+        .unwrap_or_else(|| "{}".into());
+    api_pod(
+        name,
+        node,
+        &script,
+        1,
+        &format!(
+            "    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n  volumes:\n  - name: scratch\n    emptyDir: {limit}\n"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn disk_pressure_and_empty_dir_size_limit_evict_on_a_small_root_dir() {
+    let fs = LoopFs::new("evict-disk", 256);
+    let cp = ControlPlane::up("evict-disk");
+    let mut env = Env::new(244);
+    env.root = fs.mnt.join("kubelet");
+    // nodefs.available 64 MiB under what the fresh filesystem has: a pod writing 100 MiB
+    // crosses it, the first pod's 4 MiB does not.
+    let threshold_mi = (fs.available() - 64 * MI) / MI;
+    env.extra_config = format!(
+        "evictionHard: {{nodefs.available: {threshold_mi}Mi}}\nevictionPressureTransitionPeriod: 10s\n"
+    );
+    env.join(&cp, &[]);
+    wait_json("node Ready", Duration::from_secs(30), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "Ready")?.0 == "True").then_some(n)
+    });
+
+    // An emptyDir past its sizeLimit: evicted with upstream's message, no node pressure.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&filler_pod("overflow", &env.node, 4, Some("1Mi"))),
+    );
+    let p = wait_json("overflow evicted", Duration::from_secs(90), || {
+        let p = cp.get_json(&["pod", "overflow"])?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(
+        (&p["status"]["reason"], &p["status"]["message"]),
+        (
+            &Value::from("Evicted"),
+            &Value::from("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ")
+        ),
+        "{}",
+        p["status"]
+    );
+    let n = cp.get_json(&["node", &env.node]).unwrap();
+    assert_eq!(condition(&n, "DiskPressure").unwrap().0, "False");
+
+    // Filling the root directory's filesystem past nodefs.available: DiskPressure, and the pod
+    // using the disk is evicted.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&filler_pod("filler", &env.node, 100, None)),
+    );
+    let n = wait_json("DiskPressure True", Duration::from_secs(60), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "DiskPressure")?.0 == "True").then_some(n)
+    });
+    assert_eq!(
+        condition(&n, "DiskPressure").unwrap().1,
+        "KubeletHasDiskPressure"
+    );
+    let p = wait_json("filler evicted", Duration::from_secs(60), || {
+        let p = cp.get_json(&["pod", "filler"])?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(p["status"]["reason"], "Evicted", "{}", p["status"]);
+    let msg = p["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: {threshold_mi}Mi, available: "
+        )),
+        "{msg}"
+    );
+    // Its emptyDir went with it, so the pressure ends after the transition period.
+    wait_json("DiskPressure False", Duration::from_secs(60), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "DiskPressure")?.0 == "False").then_some(n)
+    });
+    let log = env.kubelet_log();
+    assert!(
+        log.contains("dedicated_image_fs=true"),
+        "{}",
+        tail(&log, 40)
+    );
+}
+
+/// The processes running on the node, as the kubelet counts them (/proc's numeric entries).
+fn processes() -> i64 {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .count() as i64
+}
+
+#[tokio::test]
+async fn pid_pressure_from_a_pod_forking_sleepers() {
+    let cp = ControlPlane::up("evict-pid");
+    let mut env = Env::new(245);
+    let pid_max: i64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // 300 below the free pids now (the machine's other processes come and go by tens); the pod
+    // starts 600 sleeping processes. No podPidsLimit holds them back.
+    let threshold = pid_max - processes() - 300;
+    env.extra_config = format!(
+        "evictionHard: {{pid.available: \"{threshold}\"}}\nevictionPressureTransitionPeriod: 10s\n"
+    );
+    env.join(&cp, &[]);
+    wait_json("node Ready", Duration::from_secs(30), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "Ready")?.0 == "True").then_some(n)
+    });
+    let n = cp.get_json(&["node", &env.node]).unwrap();
+    assert_eq!(condition(&n, "PIDPressure").unwrap().0, "False");
+    let script =
+        "trap 'exit 0' TERM; i=0; while [ $i -lt 600 ]; do sleep 3600 & i=$((i+1)); done; \
+                  while true; do sleep 1; done";
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&api_pod("forker", &env.node, script, 1, "")),
+    );
+    let n = wait_json("PIDPressure True", Duration::from_secs(60), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "PIDPressure")?.0 == "True").then_some(n)
+    });
+    assert_eq!(
+        condition(&n, "PIDPressure").unwrap().1,
+        "KubeletHasInsufficientPID"
+    );
+    let p = wait_json("forker evicted", Duration::from_secs(60), || {
+        let p = cp.get_json(&["pod", "forker"])?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(p["status"]["reason"], "Evicted", "{}", p["status"]);
+    let msg = p["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("The node was low on resource: pids. Threshold quantity: "),
+        "{msg}"
+    );
+    wait_json("PIDPressure False", Duration::from_secs(60), || {
+        let n = cp.get_json(&["node", &env.node])?;
+        (condition(&n, "PIDPressure")?.0 == "False").then_some(n)
+    });
+}
