@@ -69,6 +69,10 @@ pub struct EvictionManager {
     /// Whether the image filesystem is another device than the root directory's (upstream
     /// `HasDedicatedImageFs`), found on the first pass.
     dedicated_image_fs: Option<bool>,
+    /// A memory threshold was met at the last pass: the fast path only reacts to a new
+    /// crossing (as a memcg threshold notification fires on the crossing), the regular passes
+    /// handle sustained pressure.
+    memory_met: bool,
 }
 
 /// A pod this pass asked to evict.
@@ -87,6 +91,7 @@ impl EvictionManager {
                 tracker: Tracker::default(),
                 pressure,
                 dedicated_image_fs: None,
+                memory_met: false,
             },
             EvictionHandle { pressure: rx },
         )
@@ -105,7 +110,7 @@ impl EvictionManager {
                     _ = cancel.cancelled() => return,
                     _ = tick.tick() => {}
                     _ = memory.tick(), if watches_memory => {
-                        if !self.memory_threshold_crossed().await {
+                        if self.memory_met || !self.memory_threshold_crossed().await {
                             continue;
                         }
                         debug!("memory threshold crossed; synchronizing now");
@@ -222,6 +227,9 @@ impl EvictionManager {
             self.s.pressure_transition_period,
             now,
         );
+        self.memory_met = signals::thresholds_met(&self.s.thresholds, &obs, false)
+            .iter()
+            .any(|t| t.signal.is_memory());
         let conditions = pass.conditions.clone();
         self.pressure.send_if_modified(|p| {
             if p.conditions == conditions {
@@ -237,8 +245,9 @@ impl EvictionManager {
                 let Some(st) = stats.get(podutil::uid(pod)) else {
                     continue;
                 };
-                if let Some(msg) = rank::local_storage_violation(pod, st, dedicated) {
+                if let Some((label, msg)) = rank::local_storage_violation(pod, st, dedicated) {
                     if let Some(e) = self.evict(pod, IMMEDIATE_GRACE, msg, now) {
+                        count_eviction(label);
                         return Some(e);
                     }
                 }
@@ -278,6 +287,7 @@ impl EvictionManager {
             let st = stats.get(podutil::uid(pod)).copied();
             let msg = rank::message(resource, pod, st, &pass.met, &obs);
             if let Some(e) = self.evict(pod, grace, msg, decided) {
+                count_eviction(t.signal.as_str());
                 return Some(e);
             }
         }
@@ -385,6 +395,14 @@ impl EvictionManager {
             }
         }
     }
+}
+
+/// Upstream `metrics.Evictions`: `kubelet_evictions{eviction_signal}`.
+fn count_eviction(signal: &str) {
+    crate::metrics::get()
+        .evictions
+        .with_label_values(&[signal])
+        .inc();
 }
 
 /// Whether two paths are on one device.

@@ -253,10 +253,19 @@ pub fn message(
     m
 }
 
+/// Upstream's `kubelet_evictions` signal labels of the local storage evictions.
+pub const EMPTY_DIR_LIMIT: &str = "emptydirfs.limit";
+pub const POD_EPHEMERAL_LIMIT: &str = "ephemeralpodfs.limit";
+pub const CONTAINER_EPHEMERAL_LIMIT: &str = "ephemeralcontainerfs.limit";
+
 /// Upstream `localStorageEviction`'s checks for one pod, in its order: an emptyDir over its
 /// `sizeLimit`, the pod over its containers' total `ephemeral-storage` limit, a container over
-/// its own. The eviction message when one fails.
-pub fn local_storage_violation(pod: &Pod, stats: &PodStats, dedicated: bool) -> Option<String> {
+/// its own. The metric's signal label and the eviction message when one fails.
+pub fn local_storage_violation(
+    pod: &Pod,
+    stats: &PodStats,
+    dedicated: bool,
+) -> Option<(&'static str, String)> {
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let Some(limit) = v.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()) else {
             continue;
@@ -271,9 +280,12 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats, dedicated: bool) -> 
             .and_then(|s| s.fs.used_bytes);
         if let Some(used) = used {
             if bytes > 0 && i128::from(used) > bytes {
-                return Some(format!(
-                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
-                    v.name, limit.0
+                return Some((
+                    EMPTY_DIR_LIMIT,
+                    format!(
+                        "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                        v.name, limit.0
+                    ),
                 ));
             }
         }
@@ -285,9 +297,12 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats, dedicated: bool) -> 
             .and_then(|e| e.used_bytes)
             .unwrap_or(0);
         if i128::from(used) > i128::from(*limit) {
-            return Some(format!(
-                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
-                format_binary(*limit)
+            return Some((
+                POD_EPHEMERAL_LIMIT,
+                format!(
+                    "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                    format_binary(*limit)
+                ),
             ));
         }
     }
@@ -313,9 +328,12 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats, dedicated: bool) -> 
             used += i128::from(fs_value(cs.rootfs.as_ref(), false));
         }
         if used > bytes {
-            return Some(format!(
-                "Container {} exceeded its local ephemeral storage limit {:?}. ",
-                c.name, limit.0
+            return Some((
+                CONTAINER_EPHEMERAL_LIMIT,
+                format!(
+                    "Container {} exceeded its local ephemeral storage limit {:?}. ",
+                    c.name, limit.0
+                ),
             ));
         }
     }

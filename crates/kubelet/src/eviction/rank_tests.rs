@@ -239,7 +239,9 @@ fn local_storage_violations() {
         },
     }];
     assert_eq!(
-        local_storage_violation(&p, &s, false).as_deref(),
+        local_storage_violation(&p, &s, false)
+            .map(|v| v.1)
+            .as_deref(),
         Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ")
     );
     s.volume_stats[0].fs.used_bytes = Some(MI / 2);
@@ -259,7 +261,9 @@ fn local_storage_violations() {
         ..Default::default()
     });
     assert_eq!(
-        local_storage_violation(&p, &s, false).as_deref(),
+        local_storage_violation(&p, &s, false)
+            .map(|v| v.1)
+            .as_deref(),
         Some("Container c exceeded its local ephemeral storage limit \"10Mi\". ")
     );
     assert_eq!(local_storage_violation(&p, &s, true), None);
@@ -269,7 +273,9 @@ fn local_storage_violations() {
         ..Default::default()
     });
     assert_eq!(
-        local_storage_violation(&p, &s, true).as_deref(),
+        local_storage_violation(&p, &s, true)
+            .map(|v| v.1)
+            .as_deref(),
         Some("Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. ")
     );
 }
