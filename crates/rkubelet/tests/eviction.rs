@@ -120,6 +120,20 @@ async fn memory_pressure_evicts_the_best_effort_pod_and_refuses_new_ones() {
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&guaranteed));
     cp.wait_running("guaranteed");
     let hog = hog_pod("hog", &env.node, 6144);
+    // When the machine itself crosses the threshold, seen every 20 ms, for bench/eviction.sh.
+    let watcher = {
+        let threshold = threshold_mi * MI;
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while Instant::now() < deadline {
+                if memory_available() < threshold {
+                    return Some(std::time::SystemTime::now());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None
+        })
+    };
     let created = Instant::now();
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&hog));
 
@@ -218,6 +232,30 @@ async fn memory_pressure_evicts_the_best_effort_pod_and_refuses_new_ones() {
     let log = env.kubelet_log();
     assert!(log.contains("evicting pod"), "{}", tail(&log, 40));
     eprintln!("hog created -> Failed/Evicted seen in the API: {evicted_after:?}");
+    // Figures for bench/eviction.sh (printed, not asserted): from the crossing to the
+    // manager's decision and to the pod stopped and cleaned up, by the kubelet log's clock.
+    let crossed = watcher.join().ok().flatten();
+    let at = |needle: &str| -> Option<std::time::SystemTime> {
+        let line = log.lines().find(|l| l.contains(needle))?;
+        let ts: k8s_openapi::jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+        Some(std::time::UNIX_EPOCH + Duration::from_nanos(ts.as_nanosecond() as u64))
+    };
+    if let (Some(c), Some(d), Some(s)) = (
+        crossed,
+        at("evicting pod"),
+        at("eviction manager: pod successfully cleaned up"),
+    ) {
+        let ms = |t: std::time::SystemTime| {
+            t.duration_since(c)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or_else(|e| -(e.duration().as_millis() as i64))
+        };
+        eprintln!(
+            "BENCH crossed_to_decided_ms={} crossed_to_stopped_ms={}",
+            ms(d),
+            ms(s)
+        );
+    }
 }
 
 /// A small ext4 filesystem on a loop device, made for one test and removed on drop (after the
