@@ -85,12 +85,6 @@ pub struct EvictionHandle {
 }
 
 impl EvictionHandle {
-    /// A handle reporting no pressure, for a kubelet without an eviction manager (tests).
-    pub fn none() -> EvictionHandle {
-        let (_tx, rx) = watch::channel(Pressure::default());
-        EvictionHandle { pressure: rx }
-    }
-
     pub fn pressure(&self) -> Pressure {
         self.pressure.borrow().clone()
     }
