@@ -58,7 +58,7 @@ latency() {
     log "building the eviction test"
     (cd "$REPO_ROOT" && cargo test -p rkubelet --test eviction --no-run >/dev/null 2>&1)
     for ((i = 1; i <= runs; i++)); do
-        out="$(cd "$REPO_ROOT" && cargo test -p rkubelet --test eviction -- memory_pressure --nocapture 2>&1)" ||
+        out="$(cd "$REPO_ROOT" && cargo test -p rkubelet --test eviction -- memory_pressure_evicts --nocapture 2>&1)" ||
             { echo "$out" | tail -n 30 >&2; die "run $i failed"; }
         local line
         line="$(grep -o 'BENCH .*' <<<"$out" || true)"

@@ -675,6 +675,9 @@ fn read_eviction(r: &mut Reader, cfg: &mut KubeletConfig) {
             *out = m;
         }
     }
+    if let Some(b) = r.bool("kernelMemcgNotification") {
+        e.kernel_memcg_notification = b;
+    }
     if let Some(n) = r.int("evictionMaxPodGracePeriod") {
         e.max_pod_grace_period = n;
     }

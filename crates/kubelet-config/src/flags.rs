@@ -339,10 +339,10 @@ pub const FLAGS: &[Spec] = &[
     cfg("container-log-max-files", Int, "containerLogMaxFiles", Implemented),
     cfg("allowed-unsafe-sysctls", StrSlice, "allowedUnsafeSysctls", Implemented),
     cfg("node-status-max-images", Int, "nodeStatusMaxImages", NotYet),
-    cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", NotYet),
+    cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
     gone(
         dep(
-            cfg("experimental-kernel-memcg-notification", Bool, "kernelMemcgNotification", NotYet),
+            cfg("experimental-kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
             "Use kernelMemcgNotification configuration, this flag will be removed in 1.23.",
         ),
         "1.23",

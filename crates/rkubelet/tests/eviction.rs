@@ -84,10 +84,38 @@ fn hog_pod(name: &str, node: &str, mb: i64) -> String {
     )
 }
 
+/// The memory tests use the machine's memory.available: one at a time, or each would see the
+/// other's hog.
+static MEMORY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn memory_pressure_evicts_the_best_effort_pod_and_refuses_new_ones() {
-    let cp = ControlPlane::up("evict-mem");
-    let mut env = Env::new(243);
+    let _one = MEMORY.lock().await;
+    let log = memory_eviction(243, "evict-mem", "").await;
+    // The 1 s poll noticed the crossing (no memcg notification configured).
+    assert!(
+        !log.contains("memcg threshold notification"),
+        "{}",
+        tail(&log, 40)
+    );
+}
+
+#[tokio::test]
+async fn memory_pressure_seen_through_a_memcg_threshold_notification() {
+    let _one = MEMORY.lock().await;
+    let log = memory_eviction(246, "evict-memcg", "kernelMemcgNotification: true\n").await;
+    assert!(log.contains("memcg threshold set"), "{}", tail(&log, 40));
+    assert!(
+        log.contains("eviction manager: memcg threshold notification; synchronizing now"),
+        "{}",
+        tail(&log, 40)
+    );
+}
+
+/// The memory eviction scenario; returns the kubelet's log.
+async fn memory_eviction(index: u32, tag: &str, extra: &str) -> String {
+    let cp = ControlPlane::up(tag);
+    let mut env = Env::new(index);
     // The threshold sits 3 GiB below what the machine has now; the hog takes 6 GiB. The margin
     // keeps the other processes of a shared machine from crossing it on their own.
     let avail = memory_available();
@@ -97,7 +125,7 @@ async fn memory_pressure_evicts_the_best_effort_pod_and_refuses_new_ones() {
         "too little memory for this test: {avail}"
     );
     env.extra_config = format!(
-        "evictionHard: {{memory.available: {threshold_mi}Mi}}\nevictionPressureTransitionPeriod: 30s\n"
+        "evictionHard: {{memory.available: {threshold_mi}Mi}}\nevictionPressureTransitionPeriod: 30s\n{extra}"
     );
     env.join(&cp, &[]);
     wait_json("node Ready", Duration::from_secs(30), || {
@@ -256,6 +284,7 @@ async fn memory_pressure_evicts_the_best_effort_pod_and_refuses_new_ones() {
             ms(s)
         );
     }
+    log
 }
 
 /// A small ext4 filesystem on a loop device, made for one test and removed on drop (after the

@@ -145,6 +145,9 @@ pub struct EvictionConfig {
     /// observation.
     pub pressure_transition_period: Duration,
     pub merge_defaults: bool,
+    /// `kernelMemcgNotification`: memory thresholds also watched through cgroup v1 memcg
+    /// threshold notifications.
+    pub kernel_memcg_notification: bool,
 }
 
 impl Default for EvictionConfig {
@@ -157,6 +160,7 @@ impl Default for EvictionConfig {
             max_pod_grace_period: 0,
             pressure_transition_period: Duration::from_secs(300),
             merge_defaults: false,
+            kernel_memcg_notification: false,
         }
     }
 }

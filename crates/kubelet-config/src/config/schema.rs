@@ -259,7 +259,7 @@ pub const FIELDS: &[Field] = &[
         NotYet,
     ),
     f("providerID", Str, "", NotYet),
-    f("kernelMemcgNotification", Bool, "", NotYet),
+    f("kernelMemcgNotification", Bool, "", Implemented),
     f("logging", Struct, "", Implemented),
     f("logging.format", Str, r#""text""#, NotYet),
     f("logging.flushFrequency", Duration, r#""5s""#, Ignored),

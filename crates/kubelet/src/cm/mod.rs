@@ -228,6 +228,13 @@ impl ContainerManager {
         Some((usage.memory_working_set_bytes, usage.memory_limit_bytes?))
     }
 
+    /// The `kubepods` cgroup's path in each hierarchy (cgroupfs layout for either driver);
+    /// None without pod cgroups.
+    pub fn kubepods_cgroup(&self) -> Option<String> {
+        self.enabled()
+            .then(|| self.inner.names.literal(&self.inner.names.kubepods))
+    }
+
     /// The CFS settings containers get (`cpuCFSQuota`, the effective period).
     pub fn cfs(&self) -> (bool, u64) {
         (self.inner.policy.cfs_quota, self.inner.policy.cfs_period_us)

@@ -45,6 +45,9 @@ pub struct Setup {
     pub max_pod_grace_period: Duration,
     pub pressure_transition_period: Duration,
     pub monitoring_interval: Duration,
+    /// `kernelMemcgNotification`: memory thresholds watched through memcg threshold
+    /// notifications (cgroup v1) instead of the 1 s poll.
+    pub kernel_memcg_notification: bool,
     /// `localStorageCapacityIsolation` (upstream default on): emptyDir `sizeLimit` and
     /// `ephemeral-storage` limits are enforced by eviction.
     pub local_storage_isolation: bool,
@@ -73,6 +76,17 @@ pub struct EvictionManager {
     /// crossing (as a memcg threshold notification fires on the crossing), the regular passes
     /// handle sustained pressure.
     memory_met: bool,
+    /// The memcg threshold notifiers, renewed every pass (upstream `thresholdNotifiers`).
+    notifiers: Vec<super::memcg::MemcgThreshold>,
+    /// Notifiers could not be created (cgroup v2): the poll stands in.
+    memcg_failed: bool,
+}
+
+/// What woke the manager.
+enum Wake {
+    Tick,
+    MemoryPoll,
+    Memcg,
 }
 
 /// A pod this pass asked to evict.
@@ -92,6 +106,8 @@ impl EvictionManager {
                 pressure,
                 dedicated_image_fs: None,
                 memory_met: false,
+                notifiers: Vec::new(),
+                memcg_failed: false,
             },
             EvictionHandle { pressure: rx },
         )
@@ -106,14 +122,35 @@ impl EvictionManager {
         let mut again = false;
         loop {
             if !again {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => {}
-                    _ = memory.tick(), if watches_memory => {
+                let poll =
+                    watches_memory && (!self.s.kernel_memcg_notification || self.memcg_failed);
+                let wake = {
+                    let notifiers = &self.notifiers;
+                    // (select_all panics on an empty list.)
+                    let memcg = async move {
+                        if notifiers.is_empty() {
+                            std::future::pending::<()>().await;
+                        }
+                        let crossed = notifiers.iter().map(|n| Box::pin(n.crossed()));
+                        let _ = futures::future::select_all(crossed).await;
+                    };
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tick.tick() => Wake::Tick,
+                        _ = memory.tick(), if poll => Wake::MemoryPoll,
+                        _ = memcg => Wake::Memcg,
+                    }
+                };
+                match wake {
+                    Wake::Tick => {}
+                    Wake::MemoryPoll => {
                         if self.memory_met || !self.memory_threshold_crossed().await {
                             continue;
                         }
                         debug!("memory threshold crossed; synchronizing now");
+                    }
+                    Wake::Memcg => {
+                        info!("eviction manager: memcg threshold notification; synchronizing now");
                     }
                 }
             }
@@ -185,6 +222,63 @@ impl EvictionManager {
         !signals::thresholds_met(&memory, &obs, false).is_empty()
     }
 
+    /// Upstream `UpdateThreshold` for every memory threshold: a fresh memcg threshold on the
+    /// root memory cgroup (`memory.available`) or kubepods (`allocatableMemory.available`), at
+    /// the usage where available memory falls under it. Replacing a notifier closes the old
+    /// eventfd, which unregisters it.
+    async fn update_notifiers(&mut self, obs: &Observations) {
+        let root = PathBuf::from(super::memcg::MEMORY_HIERARCHY);
+        let mut wanted = Vec::new();
+        for t in self.s.thresholds.iter().filter(|t| t.signal.is_memory()) {
+            let Some(o) = obs.get(&t.signal) else {
+                continue;
+            };
+            let dir = match t.signal {
+                Signal::MemoryAvailable => root.clone(),
+                _ => match self.s.cm.kubepods_cgroup() {
+                    Some(k) => root.join(k.trim_start_matches('/')),
+                    None => continue,
+                },
+            };
+            let capacity = u64::try_from(o.capacity).unwrap_or(0);
+            let quantity = u64::try_from(t.value.quantity(o.capacity)).unwrap_or(0);
+            wanted.push((dir, capacity, quantity));
+        }
+        let made = tokio::task::spawn_blocking(move || {
+            wanted
+                .into_iter()
+                .map(|(dir, capacity, quantity)| {
+                    let (_, inactive) = super::memcg::usage_and_inactive(&dir)?;
+                    let at = super::memcg::usage_threshold(capacity, quantity, inactive)
+                        .ok_or_else(|| std::io::Error::other("threshold above capacity"))?;
+                    Ok((dir, at))
+                })
+                .collect::<std::io::Result<Vec<(PathBuf, u64)>>>()
+        })
+        .await;
+        let result = match made {
+            Ok(Ok(list)) => list
+                .into_iter()
+                .map(|(dir, at)| super::memcg::MemcgThreshold::new(&dir, at))
+                .collect::<std::io::Result<Vec<_>>>(),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        };
+        match result {
+            Ok(n) => {
+                for x in &n {
+                    debug!(cgroup = %x.cgroup.display(), usage_threshold = x.threshold, "memcg threshold set");
+                }
+                self.notifiers = n;
+            }
+            Err(e) => {
+                warn!(error = %e, "eviction manager: failed to create memory threshold notifier; polling memory every second instead");
+                self.notifiers.clear();
+                self.memcg_failed = true;
+            }
+        }
+    }
+
     async fn dedicated_image_fs(&mut self) -> bool {
         if let Some(d) = self.dedicated_image_fs {
             return d;
@@ -236,6 +330,9 @@ impl EvictionManager {
         self.memory_met = signals::thresholds_met(&self.s.thresholds, &obs, false)
             .iter()
             .any(|t| t.signal.is_memory());
+        if self.s.kernel_memcg_notification && !self.memcg_failed {
+            self.update_notifiers(&obs).await;
+        }
         let conditions = pass.conditions.clone();
         self.pressure.send_if_modified(|p| {
             if p.conditions == conditions {

@@ -12,6 +12,7 @@
 //! termination, `Failed` with reason `Evicted`.
 
 pub mod manager;
+pub mod memcg;
 pub mod rank;
 pub mod signals;
 

@@ -431,6 +431,7 @@ impl Wiring<'_> {
             ),
             pressure_transition_period: cfg.eviction.pressure_transition_period,
             monitoring_interval: crate::eviction::manager::MONITORING_INTERVAL,
+            kernel_memcg_notification: cfg.eviction.kernel_memcg_notification,
             local_storage_isolation: true,
             stats: stats.clone(),
             cri: self.cri.clone(),
