@@ -9,6 +9,7 @@
 
 pub mod cgroups;
 mod duration;
+pub mod eviction;
 pub mod gc;
 pub mod schema;
 pub mod tls;
@@ -158,6 +159,8 @@ pub struct KubeletConfig {
     pub image_gc: gc::ImageGcPolicy,
     /// The container garbage collector's policy (deprecated flags only, as upstream).
     pub container_gc: gc::ContainerGcPolicy,
+    /// The eviction manager's settings (`evictionHard`, `evictionSoft`, ...).
+    pub eviction: eviction::EvictionConfig,
     /// The effective `KubeletConfiguration` v1beta1 tree (defaults, file, drop-ins, flags), every
     /// field included, for `/configz`; the typed fields above are what rkubelet acts on.
     pub v1beta1: Value,
@@ -286,6 +289,7 @@ impl Default for KubeletConfig {
             cgroups: cgroups::CgroupConfig::default(),
             image_gc: gc::ImageGcPolicy::default(),
             container_gc: gc::ContainerGcPolicy::default(),
+            eviction: eviction::EvictionConfig::default(),
             v1beta1: schema::defaults_tree(),
         }
     }
@@ -463,9 +467,6 @@ fn layered(
     for p in &set {
         let status = schema::field(p).map(|f| f.status);
         match status {
-            Some(schema::Status::NotYet) if p == "evictionHard" => warnings.push(
-                "config field \"evictionHard\": no eviction manager yet; only its memory.available and nodefs.available thresholds are held back from node allocatable".into(),
-            ),
             Some(schema::Status::NotYet) => warnings.push(format!(
                 "config field {p:?} is not supported by rkubelet yet; ignored"
             )),
@@ -674,6 +675,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     }
     cgroups::read(&mut r, &mut cfg.cgroups);
     gc::read(&mut r, &mut cfg.image_gc);
+    read_eviction(&mut r, &mut cfg);
     if let Some(mut l) = r.section("logging") {
         if let Some(v) = l.int("verbosity") {
             match u32::try_from(v) {
@@ -685,6 +687,41 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     }
     errors.append(&mut r.errors);
     cfg
+}
+
+/// The eviction fields. `evictionHard` is defaulted (and merged with
+/// `mergeDefaultEvictionSettings`) here, written back into the tree `/configz` shows, and shared
+/// with the container manager's allocatable; the thresholds are parsed by `validate`.
+fn read_eviction(r: &mut Reader, cfg: &mut KubeletConfig) {
+    let e = &mut cfg.eviction;
+    if let Some(b) = r.bool("mergeDefaultEvictionSettings") {
+        e.merge_defaults = b;
+    }
+    let hard = r.string_map("evictionHard");
+    e.hard = eviction::effective_hard(hard, e.merge_defaults);
+    for (key, out) in [
+        ("evictionSoft", &mut e.soft),
+        ("evictionSoftGracePeriod", &mut e.soft_grace_period),
+        ("evictionMinimumReclaim", &mut e.minimum_reclaim),
+    ] {
+        if let Some(m) = r.string_map(key) {
+            *out = m;
+        }
+    }
+    if let Some(b) = r.bool("kernelMemcgNotification") {
+        e.kernel_memcg_notification = b;
+    }
+    if let Some(n) = r.int("evictionMaxPodGracePeriod") {
+        e.max_pod_grace_period = n;
+    }
+    r.duration(
+        "evictionPressureTransitionPeriod",
+        &mut e.pressure_transition_period,
+    );
+    cfg.cgroups.eviction_hard = e.hard.clone();
+    if let Ok(v) = serde_json::to_value(&e.hard) {
+        schema::set_path(&mut cfg.v1beta1, "evictionHard", v);
+    }
 }
 
 /// A resource quantity as a byte count (`10Mi`, `500k`, `1G`), rounded up like upstream's

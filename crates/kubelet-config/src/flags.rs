@@ -339,10 +339,10 @@ pub const FLAGS: &[Spec] = &[
     cfg("container-log-max-files", Int, "containerLogMaxFiles", Implemented),
     cfg("allowed-unsafe-sysctls", StrSlice, "allowedUnsafeSysctls", Implemented),
     cfg("node-status-max-images", Int, "nodeStatusMaxImages", NotYet),
-    cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", NotYet),
+    cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
     gone(
         dep(
-            cfg("experimental-kernel-memcg-notification", Bool, "kernelMemcgNotification", NotYet),
+            cfg("experimental-kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
             "Use kernelMemcgNotification configuration, this flag will be removed in 1.23.",
         ),
         "1.23",
@@ -353,17 +353,17 @@ pub const FLAGS: &[Spec] = &[
     cfg("kube-api-qps", Int, "kubeAPIQPS", NotYet),
     cfg("kube-api-burst", Int, "kubeAPIBurst", NotYet),
     cfg("serialize-image-pulls", Bool, "serializeImagePulls", Implemented),
-    cfg("eviction-hard", LangleMap, "evictionHard", NotYet),
-    cfg("eviction-soft", LangleMap, "evictionSoft", NotYet),
-    cfg("eviction-soft-grace-period", Map, "evictionSoftGracePeriod", NotYet),
+    cfg("eviction-hard", LangleMap, "evictionHard", Implemented),
+    cfg("eviction-soft", LangleMap, "evictionSoft", Implemented),
+    cfg("eviction-soft-grace-period", Map, "evictionSoftGracePeriod", Implemented),
     cfg(
         "eviction-pressure-transition-period",
         Duration,
         "evictionPressureTransitionPeriod",
-        NotYet,
+        Implemented,
     ),
-    cfg("eviction-max-pod-grace-period", Int, "evictionMaxPodGracePeriod", NotYet),
-    cfg("eviction-minimum-reclaim", Map, "evictionMinimumReclaim", NotYet),
+    cfg("eviction-max-pod-grace-period", Int, "evictionMaxPodGracePeriod", Implemented),
+    cfg("eviction-minimum-reclaim", Map, "evictionMinimumReclaim", Implemented),
     cfg("pods-per-core", Int, "podsPerCore", NotYet),
     cfg("protect-kernel-defaults", Bool, "protectKernelDefaults", NotYet),
     cfg("reserved-cpus", Str, "reservedSystemCPUs", NotYet),
@@ -844,9 +844,9 @@ pub fn markdown() -> String {
          with upstream's `unknown flag: --x`. Flags upstream deprecates print upstream's\n\
          `Flag --x has been deprecated, ...` line when used. \"Upstream removed in\" flags are kept\n\
          so 1.20-era unit files keep starting.\n\n\
-         `evictionHard` (`--eviction-hard`) is **not yet** acted on by an eviction manager, but its\n\
-         `memory.available` and `nodefs.available` thresholds are held back from node allocatable\n\
-         as upstream's `GetNodeAllocatableReservation` does.\n\n\
+         `evictionHard` (`--eviction-hard`) is acted on by the eviction manager, and its\n\
+         `memory.available` and `nodefs.available` thresholds are also held back from node\n\
+         allocatable as upstream's `GetNodeAllocatableReservation` does.\n\n\
          Precedence as upstream: flags > `--config-dir` drop-ins (`*.conf`, lexical order, JSON\n\
          merge patch) > `--config` file > defaults (the flags' legacy defaults without `--config`:\n\
          read-only port 10255, anonymous auth on, webhook authn off, AlwaysAllow).\n\n\

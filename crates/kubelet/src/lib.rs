@@ -11,6 +11,7 @@ pub mod container;
 pub mod credentials;
 pub mod dns;
 pub mod events;
+pub mod eviction;
 pub mod expansion;
 pub mod health;
 pub mod hosts;

@@ -59,6 +59,10 @@ pub struct SyncLoop<S: PodSyncer> {
     pub object_cache: Option<crate::object_cache::ObjectCache>,
     /// The container manager: QoS cgroups follow the pods, orphaned pod cgroups go.
     pub cm: crate::cm::ContainerManager,
+    /// Node pressure, for admission (upstream's eviction admit handler).
+    pub eviction: crate::eviction::EvictionHandle,
+    /// The pods the eviction manager may evict (upstream `GetActivePods`), published here.
+    pub active_pods: watch::Sender<Arc<Vec<Arc<Pod>>>>,
 }
 
 /// The loop's inputs.
@@ -70,6 +74,8 @@ pub struct Inputs {
     pub object_changes: mpsc::UnboundedReceiver<String>,
     /// The container GC asking which pods are active, finished or deleted.
     pub gc_states: mpsc::Receiver<crate::runtime::StatesRequest>,
+    /// Pods the eviction manager evicts.
+    pub evictions: mpsc::UnboundedReceiver<crate::eviction::EvictionRequest>,
 }
 
 impl<S: PodSyncer> SyncLoop<S> {
@@ -96,6 +102,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     ConfigEvent::Update(u) => {
                         self.handle_update(u).await;
                         self.publish_static_pods();
+                        self.publish_active_pods();
                     }
                     ConfigEvent::SourceReady(s) => {
                         info!(source = s, "pod source ready");
@@ -112,6 +119,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 Some(reply) = inputs.gc_states.recv() => {
                     let _ = reply.send(self.pod_gc_states());
                 }
+                Some(req) = inputs.evictions.recv() => self.handle_eviction(req),
                 _ = sync_tick.tick() => {
                     for uid in self.workers.take_due(Instant::now()) {
                         self.workers.sync(&uid);
@@ -219,14 +227,15 @@ impl<S: PodSyncer> SyncLoop<S> {
         self.workers.update(pod);
     }
 
-    /// Upstream `canAdmitPod`: the predicates against the pods already admitted and still active.
-    /// A pod whose containers already run (adopted after a restart) holds its resources already
-    /// and is not re-checked.
+    /// Upstream `canAdmitPod`: node pressure first (the eviction manager's handler), then the
+    /// predicates against the pods already admitted and still active. A pod whose containers
+    /// already run (adopted after a restart) holds its resources already and is not re-checked.
     fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
         let uid = podutil::uid(pod);
         if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
             return Ok(());
         }
+        admission::pressure::admit(pod, &self.eviction.pressure().conditions)?;
         let active: Vec<&Pod> = self
             .pods
             .iter()
@@ -234,6 +243,40 @@ impl<S: PodSyncer> SyncLoop<S> {
             .map(|(_, p)| &**p)
             .collect();
         admission::admit(pod, &self.node_view, &active)
+    }
+
+    /// Upstream `killPodFunc` for the eviction manager: the pod is stopped through its worker
+    /// with the manager's grace period and ends `Failed`/`Evicted`. The newest spec is used; a
+    /// pod already stopping, or gone, is left alone.
+    fn handle_eviction(&mut self, req: crate::eviction::EvictionRequest) {
+        let uid = podutil::uid(&req.pod).to_string();
+        let pod = self.pods.get(&uid).cloned().unwrap_or(req.pod);
+        if self.workers.evict(pod.clone(), req.grace, req.failure) {
+            info!(pod = %podutil::describe(&pod), grace = ?req.grace, queued_ms = req.decided_at.elapsed().as_millis() as u64, "pod evicted; terminating");
+            self.publish_active_pods();
+        }
+    }
+
+    /// Upstream `GetActivePods` for the eviction manager: wanted pods whose worker syncs them
+    /// (not rejected, not stopping or stopped) and that have not finished in the API.
+    fn publish_active_pods(&self) {
+        let mut active: Vec<Arc<Pod>> = self
+            .pods
+            .iter()
+            .filter(|(uid, p)| {
+                self.workers.phase(uid) == Some(Phase::Syncing) && !is_terminal_in_api(p)
+            })
+            .map(|(_, p)| p.clone())
+            .collect();
+        active.sort_by(|a, b| podutil::uid(a).cmp(podutil::uid(b)));
+        self.active_pods.send_if_modified(|cur| {
+            let same = cur.len() == active.len()
+                && cur.iter().zip(&active).all(|(a, b)| Arc::ptr_eq(a, b));
+            if !same {
+                *cur = Arc::new(active);
+            }
+            !same
+        });
     }
 
     /// The static pods that should have a mirror: wanted by their source and admitted, or removed
@@ -274,6 +317,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     self.workers.update(next);
                 }
                 self.publish_static_pods();
+                self.publish_active_pods();
             }
         }
     }
@@ -325,6 +369,7 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// read, or a restart would kill everything.
     async fn housekeeping(&mut self) {
         self.workers.reap();
+        self.publish_active_pods();
         if !self.expected_sources.is_subset(&self.seen_sources) {
             return;
         }

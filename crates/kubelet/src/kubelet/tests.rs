@@ -55,8 +55,11 @@ impl Harness {
         cfg.port = 0;
         cfg.static_pod_path = None;
         cfg.kubeconfig = None;
-        // The host's swap is not the fake node's business.
+        // The host's swap is not the fake node's business, nor is its disk or memory: eviction
+        // would read the real host's figures against the fake runtime's pods.
         cfg.cgroups.fail_swap_on = false;
+        cfg.eviction.hard.clear();
+        cfg.cgroups.eviction_hard.clear();
         let cri = CriClient::with_backend(
             Arc::new(fake.clone()),
             "fake".into(),

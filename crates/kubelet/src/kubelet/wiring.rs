@@ -90,8 +90,14 @@ pub(super) struct PodRuntime {
     /// The container GC's questions to the SyncLoop.
     pub gc_states: mpsc::Receiver<crate::runtime::StatesRequest>,
     /// Image GC, for the eviction manager's disk reclaim (with `ctx.container_gc`).
-    #[allow(dead_code)]
     pub image_gc: crate::images::ImageGcHandle,
+}
+
+/// The eviction manager's handle and the channels it shares with the SyncLoop.
+pub(super) struct EvictionSide {
+    pub handle: crate::eviction::EvictionHandle,
+    pub requests: mpsc::UnboundedReceiver<crate::eviction::EvictionRequest>,
+    pub active_pods: watch::Sender<Arc<Vec<Arc<Pod>>>>,
 }
 
 /// The pod sources, merged.
@@ -449,6 +455,55 @@ impl Wiring<'_> {
         (handle, gc_states)
     }
 
+    /// The eviction manager (upstream `eviction.NewManager` + `Start`), on the thresholds the
+    /// configuration validated, reading the same stats `/stats/summary` serves.
+    pub fn eviction(
+        &mut self,
+        api: &ApiSide,
+        stats: &StatsSource,
+        pods: &PodRuntime,
+    ) -> Result<EvictionSide, KubeletError> {
+        let cfg = self.cfg;
+        let pods_enforced = cfg.cgroups.enforces(crate::config::cgroups::ENFORCE_PODS);
+        let thresholds = cfg
+            .eviction
+            .thresholds(pods_enforced)
+            .map_err(|e| KubeletError::Eviction(e.join("; ")))?;
+        let (req_tx, requests) = mpsc::unbounded_channel();
+        let (active_pods, active_rx) = watch::channel(Arc::new(Vec::new()));
+        let (mgr, handle) = crate::eviction::EvictionManager::new(crate::eviction::Setup {
+            thresholds,
+            max_pod_grace_period: std::time::Duration::from_secs(
+                u64::try_from(cfg.eviction.max_pod_grace_period).unwrap_or(0),
+            ),
+            pressure_transition_period: cfg.eviction.pressure_transition_period,
+            monitoring_interval: crate::eviction::manager::MONITORING_INTERVAL,
+            kernel_memcg_notification: cfg.eviction.kernel_memcg_notification,
+            local_storage_isolation: true,
+            stats: stats.clone(),
+            cri: self.cri.clone(),
+            root_dir: cfg.root_dir.clone(),
+            cm: pods.ctx.cm.clone(),
+            reclaim: Arc::new(super::reclaim::GcReclaim {
+                images: pods.image_gc.clone(),
+                containers: pods.ctx.container_gc.clone(),
+            }),
+            recorder: api.recorder.clone(),
+            active_pods: active_rx,
+            runtime_pods: pods.runtime_pods.clone(),
+            requests: req_tx,
+        });
+        self.spawn(
+            tracing::info_span!("eviction_manager"),
+            mgr.run(self.cancel.child_token()),
+        );
+        Ok(EvictionSide {
+            handle,
+            requests,
+            active_pods,
+        })
+    }
+
     /// The 10250 server, with a serving certificate from the API when `serverTLSBootstrap`.
     pub async fn secure_server(
         &mut self,
@@ -522,6 +577,7 @@ impl Wiring<'_> {
         api: &ApiSide,
         node: &NodeIdentity,
         version: &api::VersionResponse,
+        eviction: &crate::eviction::EvictionHandle,
     ) -> Sources {
         let cfg = self.cfg;
         let (snap_tx, snap_rx) = mpsc::channel(16);
@@ -606,6 +662,7 @@ impl Wiring<'_> {
                     ),
                     cri: self.cri.clone(),
                     health: self.health.clone(),
+                    eviction: eviction.clone(),
                 };
                 self.spawn(
                     tracing::info_span!("node"),
@@ -626,6 +683,7 @@ impl Wiring<'_> {
         pods: PodRuntime,
         sources: Sources,
         api: ApiSide,
+        eviction: EvictionSide,
     ) -> (SyncLoop<Syncer>, sync_loop::Inputs) {
         let (worker_tx, worker_events) = mpsc::unbounded_channel();
         let cm = pods.ctx.cm.clone();
@@ -651,6 +709,8 @@ impl Wiring<'_> {
             probe_results: pods.probe_results,
             object_cache: pods.object_cache,
             cm,
+            eviction: eviction.handle,
+            active_pods: eviction.active_pods,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,
@@ -659,6 +719,7 @@ impl Wiring<'_> {
             probe_updates: pods.probe_updates,
             object_changes: pods.object_changes,
             gc_states: pods.gc_states,
+            evictions: eviction.requests,
         };
         (sync_loop, inputs)
     }

@@ -89,6 +89,9 @@ pub struct PodState {
     /// When the last sync's runtime actions ended: the next sync needs a runtime status read
     /// after it (upstream `lastSyncTime`). None before the first sync.
     pub last_sync: Option<tokio::time::Instant>,
+    /// The kubelet is failing this pod (an eviction): every status published from now on is
+    /// `Failed` with this reason and message.
+    pub failure: Option<compute::PodFailure>,
 }
 
 impl PodState {
@@ -105,6 +108,7 @@ impl PodState {
             synced: false,
             volumes: PodVolumes::default(),
             last_sync: None,
+            failure: None,
         }
     }
 }
@@ -136,6 +140,7 @@ async fn publish(
         runtime_name: &ctx.runtime_name,
         start_time: state.first_seen,
         host_ip: &ctx.node_ip,
+        failure: state.failure.as_ref(),
     };
     let status = compute::generate(pod, rt, &cx);
     let reason = |s: Option<&PodStatus>| s.and_then(|s| s.reason.clone());
@@ -892,16 +897,27 @@ fn ephemeral_target(
     }
 }
 
-/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status.
+/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status
+/// (`Failed` with the failure's reason and message when the kubelet fails the pod, as an
+/// eviction does).
 pub async fn terminate_pod(
     ctx: &SyncContext,
     state: &mut PodState,
     pod: &Arc<Pod>,
     grace_override: Option<Duration>,
+    failure: Option<&compute::PodFailure>,
 ) -> Result<(), RuntimeError> {
+    if let Some(f) = failure {
+        state.failure = Some(f.clone());
+    }
     let rt = ctx.cache.fresh(podutil::uid(pod), state.last_sync).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
     info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    if state.failure.is_some() {
+        // The failure shows at once, before the containers are stopped (upstream writes the
+        // pod status of a killed pod before killing it).
+        publish(ctx, state, pod, &rt).await;
+    }
     // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));

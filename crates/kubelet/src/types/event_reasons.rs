@@ -85,3 +85,7 @@ pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 // Container runtime event reasons recorded as literals upstream (`kuberuntime`).
 /// envFrom keys that are not valid variable names were skipped.
 pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
+
+// Eviction manager event reasons (upstream `eviction.Reason` and `EvictionThresholdMet`).
+pub const EVICTED: &str = "Evicted";
+pub const EVICTION_THRESHOLD_MET: &str = "EvictionThresholdMet";
