@@ -136,6 +136,9 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
     if let Some(d) = path("container-logs-dir") {
         cfg.container_logs_dir = d;
     }
+    if let Some(c) = parsed.last("runtime-cgroups") {
+        cfg.runtime_cgroups = c.to_string();
+    }
     if let Some(ips) = parsed.last("node-ip").filter(|s| !s.is_empty()) {
         // Upstream takes one IP or a dual-stack pair; rkubelet reports the first.
         let first = ips.split(',').next().unwrap_or_default().trim();
