@@ -580,4 +580,49 @@ mod tests {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
     }
+
+    #[test]
+    fn pod_resource_figures_from_the_pod_cgroup() {
+        let c = |name: &str, uid: &str| ContainerUsage {
+            name: name.into(),
+            pod: format!("pod-{uid}"),
+            namespace: "ns".into(),
+            pod_uid: uid.into(),
+            timestamp_ns: 1_700_000_000_000_000_000,
+            cpu_core_nanoseconds: Some(1_000_000_000),
+            memory_working_set_bytes: Some(100),
+            ..Default::default()
+        };
+        let sample = cgroup::Sample {
+            id: "/kubepods/poda".into(),
+            at_ns: 1_700_000_001_000_000_000,
+            usage: cgroups::Usage {
+                cpu_usage_ns: 3_000_000_000,
+                memory_working_set_bytes: 250,
+                ..Default::default()
+            },
+            nano_cores: None,
+        };
+        let cgroups = [("a".to_string(), sample)].into();
+        let fams = resource_families(
+            None,
+            &[c("x", "a"), c("y", "a"), c("z", "b")],
+            &cgroups,
+            false,
+        );
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &fams, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for want in [
+            // Pod a has a pod cgroup: its figures, at its time.
+            "pod_cpu_usage_seconds_total{namespace=\"ns\",pod=\"pod-a\"} 3 1700000001000",
+            "pod_memory_working_set_bytes{namespace=\"ns\",pod=\"pod-a\"} 250 1700000001000",
+            // Pod b has none: the sum of its containers.
+            "pod_memory_working_set_bytes{namespace=\"ns\",pod=\"pod-b\"} 100 1700000000000",
+            // Containers keep their own.
+            "container_memory_working_set_bytes{container=\"x\",namespace=\"ns\",pod=\"pod-a\"} 100",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
 }
