@@ -395,7 +395,9 @@ impl Prometheus {
 async fn prometheus_scrapes_every_metrics_endpoint_over_tls() {
     let cp = ControlPlane::up("cadv");
     let mut env = Env::new(205);
-    env.join(&cp, &[]);
+    // The runtime's cgroup named: upstream's `--runtime-cgroups` (here the root, a superset of
+    // kubepods, so the figures can be related).
+    env.join(&cp, &["--runtime-cgroups=/"]);
     let node = env.node.clone();
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -408,6 +410,17 @@ async fn prometheus_scrapes_every_metrics_endpoint_over_tls() {
         )),
     );
     cp.wait_running("prom-web");
+    let s: Json = serde_json::from_str(&get(&env, "/stats/summary")).unwrap();
+    let sys = s["node"]["systemContainers"].as_array().unwrap();
+    let ws = |n: &str| {
+        let c = sys.iter().find(|c| c["name"] == n);
+        c.map(|c| u(&c["memory"]["workingSetBytes"]))
+            .unwrap_or_else(|| panic!("no {n} in {sys:?}"))
+    };
+    assert!(
+        ws("runtime") > ws("pods"),
+        "the root holds kubepods: {sys:?}"
+    );
     let pki = cp.dir.join("pki");
     let prom = Prometheus::start(
         &env.dir.join("prometheus"),
