@@ -132,9 +132,16 @@ fn read_cgroups(c: &CgroupStats, root_dir: &Path) -> Read {
     let tree = c.pod_tree(true);
     let host_netns = netns(Path::new("/proc/self"));
     let mut pod_network = HashMap::new();
+    // Every container of a pod shares its sandbox's network namespace: one leaf cgroup's
+    // processes are enough (walking the whole pod cgroup costs a directory listing per level).
+    let mut leaf: HashMap<&str, &str> = HashMap::new();
+    for ct in &tree.containers {
+        leaf.entry(ct.pod_uid.as_str())
+            .or_insert(ct.sample.id.as_str());
+    }
     for (uid, s) in &tree.pods {
-        // The first process of the pod cgroup is its sandbox's (or shares its namespace).
-        let Some(pid) = c.pids(&s.id).into_iter().min() else {
+        let cgroup = leaf.get(uid.as_str()).copied().unwrap_or(s.id.as_str());
+        let Some(pid) = c.pids(cgroup).into_iter().min() else {
             continue;
         };
         let dir = PathBuf::from(format!("/proc/{pid}"));
