@@ -111,6 +111,10 @@ pub struct KubeletConfig {
     pub register_node: bool,
     /// `--node-ip`; detected from the default route when unset.
     pub node_ip: Option<IpAddr>,
+    /// `--runtime-cgroups`: the runtime's cgroup, reported as the `runtime` system container (for
+    /// a remote runtime upstream uses it for nothing else). Empty: the cgroup of the process
+    /// serving the CRI socket.
+    pub runtime_cgroups: String,
     /// `--node-labels`.
     pub node_labels: BTreeMap<String, String>,
     /// `registerWithTaints` / `--register-with-taints`.
@@ -268,6 +272,7 @@ impl Default for KubeletConfig {
             server_tls_bootstrap: false,
             register_node: true,
             node_ip: None,
+            runtime_cgroups: String::new(),
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
             event_record_qps: 50,

@@ -214,7 +214,7 @@ pub const FLAGS: &[Spec] = &[
         ),
         "1.27",
     ),
-    flag("runtime-cgroups", Str, NotYet),
+    flag("runtime-cgroups", Str, Implemented),
     gone(
         dep(
             flag("redirect-container-streaming", Bool, Ignored),

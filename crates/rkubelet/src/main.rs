@@ -158,6 +158,9 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
                 .map_err(|_| anyhow::anyhow!("--{name}: {v:?} is not an integer"))?;
         }
     }
+    if let Some(c) = parsed.last("runtime-cgroups") {
+        cfg.runtime_cgroups = c.to_string();
+    }
     if let Some(ips) = parsed.last("node-ip").filter(|s| !s.is_empty()) {
         // Upstream takes one IP or a dual-stack pair; rkubelet reports the first.
         let first = ips.split(',').next().unwrap_or_default().trim();

@@ -224,7 +224,7 @@ pub async fn run_with(
         }
     };
     let api = w.api_side(client);
-    let stats = w.stats_source();
+    let stats = w.stats_source(cgroups.as_ref());
     w.local_servers(&api, &stats).await?;
     let Some(version) = wait_for_runtime(&cri, &cancel).await else {
         return shutdown(w.tasks, cancel).await;

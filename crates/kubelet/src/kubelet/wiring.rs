@@ -16,6 +16,7 @@ use tracing::{warn, Instrument};
 use super::sync_loop::{self, SyncLoop};
 use super::{cert_dir, KubeletError};
 use crate::admission;
+use crate::cm::PodCgroupNames;
 use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
 use crate::events::{self, EventRecorder, EventType, Recorder};
@@ -33,9 +34,10 @@ use crate::prober::{ProbeHandle, ProbeManager, ProbeResults, ResultUpdate};
 use crate::runtime::RuntimeManager;
 use crate::server;
 use crate::source::{self, ConfigEvent};
-use crate::stats::StatsSource;
+use crate::stats::{CgroupStats, StatsSource};
 use crate::status::{syncer, StatusHandle, StatusManager};
 use crate::sync::{SyncContext, Syncer};
+use cgroups::CgroupManager;
 
 /// `<root-dir>/pods` and the log directories exist before anything runs.
 pub(super) fn ensure_dirs(cfg: &KubeletConfig) -> Result<(), KubeletError> {
@@ -154,12 +156,38 @@ impl Wiring<'_> {
         }
     }
 
-    pub fn stats_source(&self) -> StatsSource {
+    /// The stats endpoints' sources. The cgroups are read through a cgroupfs-spelled manager:
+    /// the pod cgroup manager itself with the cgroupfs driver, else one detected for reading
+    /// (also without `cgroupsPerQOS`, for the system containers and the root's series).
+    pub fn stats_source(&self, pod_cgroups: Option<&Arc<dyn CgroupManager>>) -> StatsSource {
+        let cfg = self.cfg;
+        let reader: Option<Arc<dyn CgroupManager>> = match pod_cgroups {
+            Some(m) if m.driver() == cgroups::Driver::Cgroupfs => Some(m.clone()),
+            _ => match cgroups::detect(cgroups::Driver::Cgroupfs) {
+                Ok(m) => Some(Arc::new(m)),
+                Err(e) => {
+                    warn!(error = %e, "cannot read cgroups: no pod cgroup or system container stats");
+                    None
+                }
+            },
+        };
+        let pods = pod_cgroups
+            .filter(|_| cfg.cgroups.cgroups_per_qos)
+            .map(|m| PodCgroupNames::new(&cfg.cgroups.cgroup_root, m.driver()));
+        let cgroups = reader.map(|mgr| {
+            CgroupStats::new(crate::stats::cgroup::Setup {
+                mgr,
+                pods,
+                runtime_cgroups: cfg.runtime_cgroups.clone(),
+                runtime_endpoint: cfg.container_runtime_endpoint.clone(),
+            })
+        });
         StatsSource::new(
             self.cri.clone(),
-            self.cfg.node_name.clone(),
-            self.cfg.root_dir.clone(),
-            self.cfg.pod_logs_dir.clone(),
+            cfg.node_name.clone(),
+            cfg.root_dir.clone(),
+            cfg.pod_logs_dir.clone(),
+            cgroups,
         )
     }
 
