@@ -205,6 +205,9 @@ pub struct Usage {
     pub cpu_periods: u64,
     pub cpu_throttled_periods: u64,
     pub cpu_throttled_ns: u64,
+    /// The CFS quota in microseconds; None when unlimited (cAdvisor's `Spec.Cpu.Quota` 0, which
+    /// leaves out the `container_cpu_cfs_*` series).
+    pub cpu_quota_us: Option<u64>,
     /// v1 memory.usage_in_bytes, v2 memory.current.
     pub memory_usage_bytes: u64,
     /// usage - inactive_file (v1 total_inactive_file), floored at 0, as cAdvisor.
@@ -325,6 +328,13 @@ pub trait CgroupManager: Send + Sync + std::fmt::Debug {
     fn children(&self, name: &CgroupName) -> Result<Vec<String>, Error>;
     /// Which hugetlb page sizes (bytes) this manager can limit; empty when none.
     fn hugetlb_page_sizes(&self) -> Vec<u64>;
+    /// When the cgroup was made, as cAdvisor tells it (`getSpecInternal`: the oldest
+    /// modification time of its directories); `None` when it does not exist or the manager
+    /// cannot tell. The Summary API's `startTime` of system containers.
+    fn created(&self, name: &CgroupName) -> Option<std::time::SystemTime> {
+        let _ = name;
+        None
+    }
     /// Move a process into the cgroup (its `cgroup.procs` in every hierarchy). Added beyond
     /// upstream's interface (there the runtime places containers); used by tests. The default is
     /// for other test doubles of this trait.
@@ -397,6 +407,18 @@ impl CgroupManager for AnyManager {
     fn add_process(&self, name: &CgroupName, pid: i32) -> Result<(), Error> {
         dispatch!(self, m => m.add_process(name, pid))
     }
+    fn created(&self, name: &CgroupName) -> Option<std::time::SystemTime> {
+        dispatch!(self, m => m.created(name))
+    }
+}
+
+/// The oldest modification time among `dirs` that exist (cAdvisor's cgroup creation time).
+pub(crate) fn oldest_mtime<I: IntoIterator<Item = PathBuf>>(
+    dirs: I,
+) -> Option<std::time::SystemTime> {
+    dirs.into_iter()
+        .filter_map(|d| std::fs::metadata(d).ok()?.modified().ok())
+        .min()
 }
 
 /// Where cgroups are mounted on a normal host.

@@ -332,6 +332,9 @@ impl CgroupManager for V1Manager {
             u.cpu_periods = s.get("nr_periods").copied().unwrap_or(0);
             u.cpu_throttled_periods = s.get("nr_throttled").copied().unwrap_or(0);
             u.cpu_throttled_ns = s.get("throttled_time").copied().unwrap_or(0);
+            // The root cgroup has no quota file.
+            u.cpu_quota_us = fsio::read_max_optional(&dir, "cpu.cfs_quota_us")?
+                .and_then(|q| u64::try_from(q).ok());
             u.cpu_pressure = read_psi(&dir, "cpu.pressure").ok().flatten();
         }
         if let Some(dir) = self.path("memory", name) {
@@ -358,6 +361,10 @@ impl CgroupManager for V1Manager {
             u.io_pressure = read_psi(&dir, "io.pressure").ok().flatten();
         }
         Ok(u)
+    }
+
+    fn created(&self, name: &CgroupName) -> Option<std::time::SystemTime> {
+        crate::oldest_mtime(self.all_paths(name))
     }
 
     fn resource_config(&self, name: &CgroupName) -> Result<ResourceConfig, Error> {

@@ -216,6 +216,14 @@ impl CgroupManager for V2Manager {
         u.cpu_periods = get("nr_periods");
         u.cpu_throttled_periods = get("nr_throttled");
         u.cpu_throttled_ns = get("throttled_usec").saturating_mul(1000);
+        // cpu.max only where the cpu controller is enabled (never in the root).
+        if let Some(text) = fsio::read_optional(&dir.join("cpu.max"))? {
+            let (quota, _) = stat::parse_cpu_max(&text).map_err(|what| Error::Parse {
+                path: dir.join("cpu.max"),
+                what,
+            })?;
+            u.cpu_quota_us = u64::try_from(quota).ok();
+        }
         // Memory files exist only where the memory controller is enabled (never in the root).
         if let Some(current) = fsio::read_u64_optional(&dir.join("memory.current"))? {
             u.memory_usage_bytes = current;
@@ -236,6 +244,10 @@ impl CgroupManager for V2Manager {
         u.memory_pressure = read_psi(&dir, "memory.pressure").ok().flatten();
         u.io_pressure = read_psi(&dir, "io.pressure").ok().flatten();
         Ok(u)
+    }
+
+    fn created(&self, name: &CgroupName) -> Option<std::time::SystemTime> {
+        crate::oldest_mtime([self.path(name)])
     }
 
     fn resource_config(&self, name: &CgroupName) -> Result<ResourceConfig, Error> {

@@ -213,6 +213,23 @@ fn create_limit_move_kill_destroy_on_real_v1() {
     assert_eq!((u.pids_current, u.pids_limit), (Some(1), Some(50)));
     assert_eq!(u.memory_limit_bytes, Some(64 << 20));
     assert!(u.memory_working_set_bytes <= u.memory_usage_bytes);
+    // The quota was set unlimited above: no CFS quota to report.
+    assert_eq!(u.cpu_quota_us, None);
+    any.update(
+        &name,
+        &ResourceConfig {
+            cpu_quota: Some(30_000),
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("update: {e}"));
+    let u = any.usage(&name).unwrap_or_else(|e| panic!("usage: {e}"));
+    assert_eq!(u.cpu_quota_us, Some(30_000));
+    let made = any
+        .created(&name)
+        .expect("creation time of an existing cgroup");
+    assert!(made <= std::time::SystemTime::now(), "{made:?}");
+    assert!(any.created(&top.child("nope")).is_none());
     any.usage(&top)
         .unwrap_or_else(|e| panic!("usage of the parent: {e}"));
     any.usage(&CgroupName::root())

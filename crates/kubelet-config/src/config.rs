@@ -9,6 +9,8 @@
 
 pub mod cgroups;
 mod duration;
+pub mod eviction;
+pub mod gc;
 pub mod schema;
 pub mod tls;
 mod validate;
@@ -109,6 +111,10 @@ pub struct KubeletConfig {
     pub register_node: bool,
     /// `--node-ip`; detected from the default route when unset.
     pub node_ip: Option<IpAddr>,
+    /// `--runtime-cgroups`: the runtime's cgroup, reported as the `runtime` system container (for
+    /// a remote runtime upstream uses it for nothing else). Empty: the cgroup of the process
+    /// serving the CRI socket.
+    pub runtime_cgroups: String,
     /// `--node-labels`.
     pub node_labels: BTreeMap<String, String>,
     /// `registerWithTaints` / `--register-with-taints`.
@@ -164,6 +170,12 @@ pub struct KubeletConfig {
     pub log_verbosity: u32,
     /// The container manager's settings (cgroups, reservations, node allocatable).
     pub cgroups: cgroups::CgroupConfig,
+    /// `imageGC*` and `image*GCAge`: the image garbage collector's policy.
+    pub image_gc: gc::ImageGcPolicy,
+    /// The container garbage collector's policy (deprecated flags only, as upstream).
+    pub container_gc: gc::ContainerGcPolicy,
+    /// The eviction manager's settings (`evictionHard`, `evictionSoft`, ...).
+    pub eviction: eviction::EvictionConfig,
     /// The effective `KubeletConfiguration` v1beta1 tree (defaults, file, drop-ins, flags), every
     /// field included, for `/configz`; the typed fields above are what rkubelet acts on.
     pub v1beta1: Value,
@@ -271,6 +283,7 @@ impl Default for KubeletConfig {
             server_tls_bootstrap: false,
             register_node: true,
             node_ip: None,
+            runtime_cgroups: String::new(),
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
             kube_api_qps: 50,
@@ -294,6 +307,9 @@ impl Default for KubeletConfig {
             seccomp_default: false,
             log_verbosity: 0,
             cgroups: cgroups::CgroupConfig::default(),
+            image_gc: gc::ImageGcPolicy::default(),
+            container_gc: gc::ContainerGcPolicy::default(),
+            eviction: eviction::EvictionConfig::default(),
             v1beta1: schema::defaults_tree(),
         }
     }
@@ -471,9 +487,6 @@ fn layered(
     for p in &set {
         let status = schema::field(p).map(|f| f.status);
         match status {
-            Some(schema::Status::NotYet) if p == "evictionHard" => warnings.push(
-                "config field \"evictionHard\": no eviction manager yet; only its memory.available and nodefs.available thresholds are held back from node allocatable".into(),
-            ),
             Some(schema::Status::NotYet) => warnings.push(format!(
                 "config field {p:?} is not supported by rkubelet yet; ignored"
             )),
@@ -723,6 +736,8 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         }
     }
     cgroups::read(&mut r, &mut cfg.cgroups);
+    gc::read(&mut r, &mut cfg.image_gc);
+    read_eviction(&mut r, &mut cfg);
     if let Some(mut l) = r.section("logging") {
         if let Some(v) = l.int("verbosity") {
             match u32::try_from(v) {
@@ -734,6 +749,41 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     }
     errors.append(&mut r.errors);
     cfg
+}
+
+/// The eviction fields. `evictionHard` is defaulted (and merged with
+/// `mergeDefaultEvictionSettings`) here, written back into the tree `/configz` shows, and shared
+/// with the container manager's allocatable; the thresholds are parsed by `validate`.
+fn read_eviction(r: &mut Reader, cfg: &mut KubeletConfig) {
+    let e = &mut cfg.eviction;
+    if let Some(b) = r.bool("mergeDefaultEvictionSettings") {
+        e.merge_defaults = b;
+    }
+    let hard = r.string_map("evictionHard");
+    e.hard = eviction::effective_hard(hard, e.merge_defaults);
+    for (key, out) in [
+        ("evictionSoft", &mut e.soft),
+        ("evictionSoftGracePeriod", &mut e.soft_grace_period),
+        ("evictionMinimumReclaim", &mut e.minimum_reclaim),
+    ] {
+        if let Some(m) = r.string_map(key) {
+            *out = m;
+        }
+    }
+    if let Some(b) = r.bool("kernelMemcgNotification") {
+        e.kernel_memcg_notification = b;
+    }
+    if let Some(n) = r.int("evictionMaxPodGracePeriod") {
+        e.max_pod_grace_period = n;
+    }
+    r.duration(
+        "evictionPressureTransitionPeriod",
+        &mut e.pressure_transition_period,
+    );
+    cfg.cgroups.eviction_hard = e.hard.clone();
+    if let Ok(v) = serde_json::to_value(&e.hard) {
+        schema::set_path(&mut cfg.v1beta1, "evictionHard", v);
+    }
 }
 
 /// A resource quantity as a byte count (`10Mi`, `500k`, `1G`), rounded up like upstream's

@@ -151,9 +151,9 @@ pub const FLAGS: &[Spec] = &[
     flag("node-labels", Map, Implemented),
     flag("lock-file", Str, NotYet),
     flag("exit-on-lock-contention", Bool, NotYet),
-    dep(flag("minimum-container-ttl-duration", Duration, Ignored), EVICTION),
-    dep(flag("maximum-dead-containers-per-container", Int, Ignored), EVICTION),
-    dep(flag("maximum-dead-containers", Int, Ignored), EVICTION),
+    dep(flag("minimum-container-ttl-duration", Duration, Implemented), EVICTION),
+    dep(flag("maximum-dead-containers-per-container", Int, Implemented), EVICTION),
+    dep(flag("maximum-dead-containers", Int, Implemented), EVICTION),
     gone(dep(flag("register-schedulable", Bool, Ignored), FUTURE), "1.25"),
     gone(dep(flag("keep-terminated-pod-volumes", Bool, Ignored), FUTURE), "1.31"),
     dep(
@@ -214,7 +214,7 @@ pub const FLAGS: &[Spec] = &[
         ),
         "1.27",
     ),
-    flag("runtime-cgroups", Str, NotYet),
+    flag("runtime-cgroups", Str, Implemented),
     gone(
         dep(
             flag("redirect-container-streaming", Bool, Ignored),
@@ -300,9 +300,9 @@ pub const FLAGS: &[Spec] = &[
         Implemented,
     ),
     cfg("node-status-update-frequency", Duration, "nodeStatusUpdateFrequency", NotYet),
-    cfg("minimum-image-ttl-duration", Duration, "imageMinimumGCAge", NotYet),
-    cfg("image-gc-high-threshold", Int, "imageGCHighThresholdPercent", NotYet),
-    cfg("image-gc-low-threshold", Int, "imageGCLowThresholdPercent", NotYet),
+    cfg("minimum-image-ttl-duration", Duration, "imageMinimumGCAge", Implemented),
+    cfg("image-gc-high-threshold", Int, "imageGCHighThresholdPercent", Implemented),
+    cfg("image-gc-low-threshold", Int, "imageGCLowThresholdPercent", Implemented),
     cfg("volume-stats-agg-period", Duration, "volumeStatsAggPeriod", NotYet),
     cfg("feature-gates", BoolMap, "featureGates", Implemented),
     cfg("kubelet-cgroups", Str, "kubeletCgroups", NotYet),
@@ -339,10 +339,10 @@ pub const FLAGS: &[Spec] = &[
     cfg("container-log-max-files", Int, "containerLogMaxFiles", Implemented),
     cfg("allowed-unsafe-sysctls", StrSlice, "allowedUnsafeSysctls", Implemented),
     cfg("node-status-max-images", Int, "nodeStatusMaxImages", NotYet),
-    cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", NotYet),
+    cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
     gone(
         dep(
-            cfg("experimental-kernel-memcg-notification", Bool, "kernelMemcgNotification", NotYet),
+            cfg("experimental-kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
             "Use kernelMemcgNotification configuration, this flag will be removed in 1.23.",
         ),
         "1.23",
@@ -353,17 +353,17 @@ pub const FLAGS: &[Spec] = &[
     cfg("kube-api-qps", Int, "kubeAPIQPS", Implemented),
     cfg("kube-api-burst", Int, "kubeAPIBurst", Implemented),
     cfg("serialize-image-pulls", Bool, "serializeImagePulls", Implemented),
-    cfg("eviction-hard", LangleMap, "evictionHard", NotYet),
-    cfg("eviction-soft", LangleMap, "evictionSoft", NotYet),
-    cfg("eviction-soft-grace-period", Map, "evictionSoftGracePeriod", NotYet),
+    cfg("eviction-hard", LangleMap, "evictionHard", Implemented),
+    cfg("eviction-soft", LangleMap, "evictionSoft", Implemented),
+    cfg("eviction-soft-grace-period", Map, "evictionSoftGracePeriod", Implemented),
     cfg(
         "eviction-pressure-transition-period",
         Duration,
         "evictionPressureTransitionPeriod",
-        NotYet,
+        Implemented,
     ),
-    cfg("eviction-max-pod-grace-period", Int, "evictionMaxPodGracePeriod", NotYet),
-    cfg("eviction-minimum-reclaim", Map, "evictionMinimumReclaim", NotYet),
+    cfg("eviction-max-pod-grace-period", Int, "evictionMaxPodGracePeriod", Implemented),
+    cfg("eviction-minimum-reclaim", Map, "evictionMinimumReclaim", Implemented),
     cfg("pods-per-core", Int, "podsPerCore", NotYet),
     cfg("protect-kernel-defaults", Bool, "protectKernelDefaults", NotYet),
     cfg("reserved-cpus", Str, "reservedSystemCPUs", NotYet),
@@ -844,9 +844,9 @@ pub fn markdown() -> String {
          with upstream's `unknown flag: --x`. Flags upstream deprecates print upstream's\n\
          `Flag --x has been deprecated, ...` line when used. \"Upstream removed in\" flags are kept\n\
          so 1.20-era unit files keep starting.\n\n\
-         `evictionHard` (`--eviction-hard`) is **not yet** acted on by an eviction manager, but its\n\
-         `memory.available` and `nodefs.available` thresholds are held back from node allocatable\n\
-         as upstream's `GetNodeAllocatableReservation` does.\n\n\
+         `evictionHard` (`--eviction-hard`) is acted on by the eviction manager, and its\n\
+         `memory.available` and `nodefs.available` thresholds are also held back from node\n\
+         allocatable as upstream's `GetNodeAllocatableReservation` does.\n\n\
          Precedence as upstream: flags > `--config-dir` drop-ins (`*.conf`, lexical order, JSON\n\
          merge patch) > `--config` file > defaults (the flags' legacy defaults without `--config`:\n\
          read-only port 10255, anonymous auth on, webhook authn off, AlwaysAllow).\n\n\

@@ -40,6 +40,7 @@ pub struct Metrics {
     pub started_containers_errors: IntCounterVec,
     pub prober_probe_total: IntCounterVec,
     pub prober_probe_duration: HistogramVec,
+    pub evictions: IntCounterVec,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -160,6 +161,11 @@ impl Metrics {
                     "pod_uid",
                 ],
             ),
+            evictions: counter_vec(
+                "kubelet_evictions",
+                "Cumulative number of pod evictions by eviction signal",
+                &["eviction_signal"],
+            ),
             prober_probe_duration: histogram_vec(
                 "prober_probe_duration_seconds",
                 "Duration in seconds for a probe response.",
@@ -182,6 +188,7 @@ impl Metrics {
             Box::new(m.started_pods.clone()),
             Box::new(m.started_containers.clone()),
             Box::new(m.started_containers_errors.clone()),
+            Box::new(m.evictions.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("unique metric names");

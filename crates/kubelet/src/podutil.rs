@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSecurity
 
 use crate::types::RestartPolicy;
 // Pod identity lives in `types::pod`; every manager calls it through here.
-pub use crate::types::pod::{describe, full_name, is_static, name, namespace, uid};
+pub use crate::types::pod::{describe, full_name, is_critical, is_static, name, namespace, uid};
 
 pub fn restart_policy(pod: &Pod) -> &str {
     pod.spec

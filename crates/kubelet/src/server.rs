@@ -1,5 +1,6 @@
 //! The kubelet's HTTP endpoints (upstream `pkg/kubelet/server`): `/healthz` on the healthz port,
-//! the read-only port with `/pods`, `/healthz`, `/metrics` and `/metrics/resource`, and the
+//! the read-only port with `/pods`, `/healthz`, `/metrics`, `/metrics/resource`,
+//! `/metrics/cadvisor`, `/metrics/probes` and `/stats/summary`, and the
 //! authenticated HTTPS server (10250, [`bind_secure`]) with those plus `/runningpods/`,
 //! `/containerLogs` and the streaming endpoints (`/exec`, `/attach`, `/portForward`, `/run`,
 //! [`streaming`]). All three stop the same way on shutdown ([`serve`]: stop accepting, let open
@@ -83,7 +84,16 @@ async fn probe_metrics() -> Response {
 async fn resource_metrics(State(s): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-        crate::stats::resource_metrics(&s.stats.cri).await,
+        crate::stats::resource_metrics(&s.stats).await,
+    )
+        .into_response()
+}
+
+/// cAdvisor's container series (upstream serves them from its embedded cAdvisor).
+async fn cadvisor_metrics(State(s): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        crate::stats::cadvisor::cadvisor_metrics(&s.stats).await,
     )
         .into_response()
 }
@@ -152,6 +162,7 @@ pub async fn bind(
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
             .route("/metrics/resource", get(resource_metrics))
+            .route("/metrics/cadvisor", get(cadvisor_metrics))
             .route("/metrics/probes", get(probe_metrics))
             .route("/stats/summary", get(stats_summary));
     }
@@ -506,6 +517,7 @@ fn secure_router(d: SecureDeps) -> Router {
         .route("/pods/", get(pods))
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource_metrics))
+        .route("/metrics/cadvisor", get(cadvisor_metrics))
         .route("/metrics/probes", get(probe_metrics))
         .route("/stats/summary", get(stats_summary))
         .route("/configz", get(configz));

@@ -136,6 +136,31 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
     if let Some(d) = path("container-logs-dir") {
         cfg.container_logs_dir = d;
     }
+    // Upstream's container GC policy exists only as these deprecated flags.
+    if let Some(v) = parsed.last("minimum-container-ttl-duration") {
+        cfg.container_gc.min_age = config::parse_duration(v)
+            .map_err(|e| anyhow::anyhow!("--minimum-container-ttl-duration: {e}"))?;
+    }
+    for (name, out) in [
+        (
+            "maximum-dead-containers-per-container",
+            &mut cfg.container_gc.max_per_pod_container,
+        ),
+        (
+            "maximum-dead-containers",
+            &mut cfg.container_gc.max_containers,
+        ),
+    ] {
+        if let Some(v) = parsed.last(name) {
+            *out = v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--{name}: {v:?} is not an integer"))?;
+        }
+    }
+    if let Some(c) = parsed.last("runtime-cgroups") {
+        cfg.runtime_cgroups = c.to_string();
+    }
     if let Some(ips) = parsed.last("node-ip").filter(|s| !s.is_empty()) {
         // Upstream takes one IP or a dual-stack pair; rkubelet reports the first.
         let first = ips.split(',').next().unwrap_or_default().trim();

@@ -44,8 +44,9 @@ pub struct CgroupConfig {
     pub custom_cfs_quota_period: bool,
     /// `failSwapOn`: refuse to start while swap is on.
     pub fail_swap_on: bool,
-    /// `evictionHard`: signal -> threshold text; allocatable holds the memory and nodefs ones
-    /// back (upstream `GetNodeAllocatableReservation`).
+    /// `evictionHard` after defaulting (the same map as `KubeletConfig::eviction.hard`):
+    /// allocatable holds the memory and nodefs thresholds back (upstream
+    /// `GetNodeAllocatableReservation`).
     pub eviction_hard: BTreeMap<String, String>,
 }
 
@@ -70,19 +71,7 @@ impl Default for CgroupConfig {
     }
 }
 
-/// Upstream's `DefaultEvictionHard` on Linux.
-pub fn default_eviction_hard() -> BTreeMap<String, String> {
-    [
-        ("imagefs.available", "15%"),
-        ("imagefs.inodesFree", "5%"),
-        ("memory.available", "100Mi"),
-        ("nodefs.available", "10%"),
-        ("nodefs.inodesFree", "5%"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
+pub use super::eviction::default_eviction_hard;
 
 impl CgroupConfig {
     /// The CFS period containers and pod cgroups get: the configured one only with the gate.
@@ -127,9 +116,6 @@ pub(super) fn read(r: &mut Reader, out: &mut CgroupConfig) {
     r.duration("cpuCFSQuotaPeriod", &mut out.cpu_cfs_quota_period);
     if let Some(b) = r.bool("failSwapOn") {
         out.fail_swap_on = b;
-    }
-    if let Some(m) = r.string_map("evictionHard") {
-        out.eviction_hard = m;
     }
 }
 

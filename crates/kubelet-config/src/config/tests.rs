@@ -354,3 +354,58 @@ fn crash_loop_max_restart_period_table() {
         assert!(e.contains(want), "{body}: {e}");
     }
 }
+
+#[test]
+fn eviction_settings_from_file_and_flags() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let l = parse(&format!(
+        "{head}evictionHard: {{memory.available: 1Gi}}\nmergeDefaultEvictionSettings: true\n\
+         evictionSoft: {{nodefs.available: 20%}}\nevictionSoftGracePeriod: {{nodefs.available: 1m}}\n\
+         evictionMaxPodGracePeriod: 30\nevictionPressureTransitionPeriod: 10s\n"
+    ))
+    .unwrap();
+    let e = &l.config.eviction;
+    assert_eq!(e.hard["memory.available"], "1Gi");
+    assert_eq!(e.hard["nodefs.inodesFree"], "5%", "merged default");
+    assert_eq!(
+        l.config.cgroups.eviction_hard, e.hard,
+        "one map for allocatable"
+    );
+    assert_eq!(
+        l.config.v1beta1["evictionHard"]["imagefs.available"], "15%",
+        "configz shows the merged map"
+    );
+    assert_eq!(e.max_pod_grace_period, 30);
+    assert_eq!(e.pressure_transition_period, Duration::from_secs(10));
+    assert_eq!(e.thresholds(true).unwrap().len(), 7);
+    // Flags replace the file's map, as upstream's flag precedence does.
+    let l = layered(
+        Some((
+            &format!("{head}evictionHard: {{memory.available: 1Gi}}\n"),
+            None,
+        )),
+        &[],
+        &[(
+            "evictionHard".into(),
+            serde_json::json!({"memory.available": "200Mi"}),
+        )],
+    )
+    .unwrap();
+    assert_eq!(l.config.eviction.hard.len(), 1);
+    assert_eq!(l.config.eviction.hard["memory.available"], "200Mi");
+    // Every bad value is listed at once.
+    let e = parse(&format!(
+        "{head}evictionHard: {{memory.avail: 1Gi, nodefs.available: 200%}}\n\
+         evictionSoft: {{memory.available: 1Gi}}\nevictionMaxPodGracePeriod: -1\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "evictionHard[memory.avail]: unsupported eviction signal memory.avail",
+        "evictionHard[nodefs.available]: eviction percentage threshold nodefs.available must be <= 100%: 200%",
+        "evictionSoft[memory.available]: grace period must be specified for the soft eviction threshold memory.available",
+        "evictionMaxPodGracePeriod (--eviction-max-pod-grace-period): -1 must not be a negative number",
+    ] {
+        assert!(e.contains(want), "{want:?} in {e}");
+    }
+}

@@ -52,6 +52,19 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
         ));
     }
     super::cgroups::validate(&cfg.cgroups, errors);
+    super::gc::validate(&cfg.image_gc, errors);
+    // Upstream parses the thresholds at start (`ParseThresholdConfig`) and refuses to run on
+    // an error; every one is listed here.
+    let pods = cfg.cgroups.enforces(super::cgroups::ENFORCE_PODS);
+    if let Err(e) = cfg.eviction.thresholds(pods) {
+        errors.extend(e);
+    }
+    if cfg.eviction.max_pod_grace_period < 0 {
+        errors.push(format!(
+            "evictionMaxPodGracePeriod (--eviction-max-pod-grace-period): {} must not be a negative number",
+            cfg.eviction.max_pod_grace_period
+        ));
+    }
     if !cfg.container_logs_dir.is_absolute() {
         errors.push(format!(
             "container logs dir: must be an absolute path, got {:?}",

@@ -2,7 +2,8 @@
 //! a pod the node cannot take is rejected once, with upstream's reason and message, and never
 //! started.
 //!
-//! [`admit`] runs upstream's checks in upstream's order and reports the first failure:
+//! [`admit`] runs upstream's checks in upstream's order and reports the first failure (the
+//! eviction manager's handler, registered before all of these, is [`pressure::admit`]):
 //!
 //! 0. sysctls against the allowlist (`sysctl.patternAllowlist`, its own admit handler upstream,
 //!    registered before the predicates): `SysctlForbidden`;
@@ -16,6 +17,8 @@
 //! Resource failures read `OutOf<resource>` / `Node didn't have enough resource: ...`; the other
 //! predicates read `<Plugin>` / `Predicate <Plugin> failed: <plugin's reason>`, exactly as the
 //! kubelet turns `InsufficientResourceError` and `PredicateFailureError` into a rejection.
+
+pub mod pressure;
 
 use std::collections::BTreeMap;
 

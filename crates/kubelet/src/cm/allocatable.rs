@@ -53,37 +53,33 @@ fn reserved(
     Ok(out)
 }
 
-/// Upstream `GetThresholdQuantity`: a quantity, or a percentage of `capacity`.
-fn threshold(value: &str, capacity: i64) -> Option<i64> {
-    match value.strip_suffix('%') {
-        Some(p) => {
-            let pct: f64 = p.trim().parse().ok()?;
-            (0.0..=100.0)
-                .contains(&pct)
-                .then(|| (capacity as f64 * pct / 100.0) as i64)
-        }
-        None => units("memory", value),
-    }
-}
-
 /// Upstream `hardEvictionReservation`: `memory.available` holds memory back, `nodefs.available`
-/// ephemeral storage; other signals reserve nothing.
+/// ephemeral storage; other signals reserve nothing. Thresholds are parsed by the same code the
+/// eviction manager's come from (`kubelet_config::config::eviction`).
 fn hard_eviction(cfg: &CgroupConfig, capacity: &Amounts) -> Result<Amounts, AllocatableError> {
+    use kubelet_config::config::eviction::{parse_value, Signal};
     let mut out = Amounts::new();
     for (signal, resource) in [
-        ("memory.available", "memory"),
-        ("nodefs.available", "ephemeral-storage"),
+        (Signal::MemoryAvailable, "memory"),
+        (Signal::NodeFsAvailable, "ephemeral-storage"),
     ] {
-        let Some(v) = cfg.eviction_hard.get(signal) else {
+        let Some(v) = cfg.eviction_hard.get(signal.as_str()) else {
             continue;
         };
         let cap = capacity.get(resource).copied().unwrap_or(0);
-        let n = threshold(v, cap).ok_or_else(|| AllocatableError {
-            field: "evictionHard",
-            key: signal.into(),
-            message: format!("{v:?} is not a quantity or a percentage between 0% and 100%"),
-        })?;
-        out.insert(resource.into(), n);
+        match parse_value(signal, v) {
+            Ok(Some(t)) => {
+                out.insert(resource.into(), t.quantity(cap));
+            }
+            Ok(None) => {}
+            Err(message) => {
+                return Err(AllocatableError {
+                    field: "evictionHard",
+                    key: signal.as_str().into(),
+                    message,
+                })
+            }
+        }
     }
     Ok(out)
 }
@@ -196,7 +192,8 @@ mod tests {
     fn defaults_hold_back_upstreams_eviction_thresholds() {
         let a = node_allocatable(&CgroupConfig::default(), &capacity()).unwrap();
         assert_eq!(a["memory"], 8 * GI - 100 * MI);
-        assert_eq!(a["ephemeral-storage"], 90 * GI);
+        // 10% as upstream computes it: float32(0.1) times the capacity, truncated.
+        assert_eq!(a["ephemeral-storage"], 100 * GI - 10_737_418_400);
         assert_eq!(a["cpu"], 2000);
         assert_eq!(a["pods"], 110);
     }
@@ -215,7 +212,8 @@ mod tests {
         };
         let a = node_allocatable(&cfg, &capacity()).unwrap();
         assert_eq!(a["cpu"], 1700);
-        let five_pct = (8 * GI) as f64 * 0.05;
+        // Upstream multiplies by the float32 percentage.
+        let five_pct = (8 * GI) as f64 * f64::from(0.05f32);
         assert_eq!(a["memory"], 8 * GI - 768 * MI - five_pct as i64);
         assert_eq!(a["ephemeral-storage"], 97 * GI);
         // kubepods: the reservations only, not the eviction threshold; pid included.

@@ -216,6 +216,25 @@ impl ContainerManager {
         }
     }
 
+    /// The `kubepods` cgroup's memory working set and limit (upstream's `pods` system container
+    /// the eviction manager's `allocatableMemory.available` is read from); None without pod
+    /// cgroups or without a limit.
+    pub async fn kubepods_memory(&self) -> Option<(u64, u64)> {
+        let mgr = self.inner.cgroups.clone()?;
+        let name = self.inner.names.kubepods.clone();
+        let usage = blocking(move || mgr.usage(&name).map_err(cg_err(&name)))
+            .await
+            .ok()?;
+        Some((usage.memory_working_set_bytes, usage.memory_limit_bytes?))
+    }
+
+    /// The `kubepods` cgroup's path in each hierarchy (cgroupfs layout for either driver);
+    /// None without pod cgroups.
+    pub fn kubepods_cgroup(&self) -> Option<String> {
+        self.enabled()
+            .then(|| self.inner.names.literal(&self.inner.names.kubepods))
+    }
+
     /// The CFS settings containers get (`cpuCFSQuota`, the effective period).
     pub fn cfs(&self) -> (bool, u64) {
         (self.inner.policy.cfs_quota, self.inner.policy.cfs_period_us)

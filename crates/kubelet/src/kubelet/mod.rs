@@ -1,6 +1,7 @@
 //! `kubelet::run`: wires the managers and runs the SyncLoop (upstream `kubelet.go` `Run`); the
 //! loop itself is in [`sync_loop`].
 
+mod reclaim;
 pub mod sync_loop;
 #[cfg(test)]
 mod tests;
@@ -42,6 +43,8 @@ pub enum KubeletError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error("cgroups: {0}")]
     Cgroups(#[from] cgroups::Error),
+    #[error("eviction thresholds: {0}")]
+    Eviction(String),
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -221,7 +224,7 @@ pub async fn run_with(
         }
     };
     let api = w.api_side(client);
-    let stats = w.stats_source();
+    let stats = w.stats_source(cgroups.as_ref());
     w.local_servers(&api, &stats).await?;
     let Some(version) = wait_for_runtime(&cri, &cancel).await else {
         return shutdown(w.tasks, cancel).await;
@@ -232,8 +235,9 @@ pub async fn run_with(
     if cfg.port != 0 {
         w.secure_server(&node, &api, &stats, &pods).await?;
     }
-    let sources = w.sources(extra_source, &api, &node, &version);
-    let (sync_loop, inputs) = w.sync_loop(pods, sources, api);
+    let eviction = w.eviction(&api, &stats, &pods)?;
+    let sources = w.sources(extra_source, &api, &node, &version, &eviction.handle);
+    let (sync_loop, inputs) = w.sync_loop(pods, sources, api, eviction);
     sync_loop.run(inputs, cancel.clone()).await;
     shutdown(w.tasks, cancel).await
 }

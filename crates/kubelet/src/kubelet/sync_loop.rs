@@ -22,6 +22,7 @@ use crate::pleg::{PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::{Phase, PodSyncer, PodWorkers, WorkerEvent};
 use crate::podutil;
 use crate::prober::{ProbeHandle, ProbeResults, ResultUpdate};
+use crate::runtime::gc::{PodGcState, PodStates};
 use crate::source::{ConfigEvent, PodOp, PodUpdate};
 use crate::status::{compute, StatusHandle};
 use crate::types::PodPhase;
@@ -58,6 +59,10 @@ pub struct SyncLoop<S: PodSyncer> {
     pub object_cache: Option<crate::object_cache::ObjectCache>,
     /// The container manager: QoS cgroups follow the pods, orphaned pod cgroups go.
     pub cm: crate::cm::ContainerManager,
+    /// Node pressure, for admission (upstream's eviction admit handler).
+    pub eviction: crate::eviction::EvictionHandle,
+    /// The pods the eviction manager may evict (upstream `GetActivePods`), published here.
+    pub active_pods: watch::Sender<Arc<Vec<Arc<Pod>>>>,
 }
 
 /// The loop's inputs.
@@ -67,6 +72,10 @@ pub struct Inputs {
     pub worker_events: mpsc::UnboundedReceiver<WorkerEvent>,
     pub probe_updates: mpsc::UnboundedReceiver<ResultUpdate>,
     pub object_changes: mpsc::UnboundedReceiver<String>,
+    /// The container GC asking which pods are active, finished or deleted.
+    pub gc_states: mpsc::Receiver<crate::runtime::StatesRequest>,
+    /// Pods the eviction manager evicts.
+    pub evictions: mpsc::UnboundedReceiver<crate::eviction::EvictionRequest>,
 }
 
 impl<S: PodSyncer> SyncLoop<S> {
@@ -93,6 +102,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     ConfigEvent::Update(u) => {
                         self.handle_update(u).await;
                         self.publish_static_pods();
+                        self.publish_active_pods();
                     }
                     ConfigEvent::SourceReady(s) => {
                         info!(source = s, "pod source ready");
@@ -106,6 +116,10 @@ impl<S: PodSyncer> SyncLoop<S> {
                     self.workers.sync(&uid);
                 }
                 Some(ev) = inputs.worker_events.recv() => self.handle_worker_event(ev).await,
+                Some(reply) = inputs.gc_states.recv() => {
+                    let _ = reply.send(self.pod_gc_states());
+                }
+                Some(req) = inputs.evictions.recv() => self.handle_eviction(req),
                 _ = sync_tick.tick() => {
                     for uid in self.workers.take_due(Instant::now()) {
                         self.workers.sync(&uid);
@@ -213,14 +227,15 @@ impl<S: PodSyncer> SyncLoop<S> {
         self.workers.update(pod);
     }
 
-    /// Upstream `canAdmitPod`: the predicates against the pods already admitted and still active.
-    /// A pod whose containers already run (adopted after a restart) holds its resources already
-    /// and is not re-checked.
+    /// Upstream `canAdmitPod`: node pressure first (the eviction manager's handler), then the
+    /// predicates against the pods already admitted and still active. A pod whose containers
+    /// already run (adopted after a restart) holds its resources already and is not re-checked.
     fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
         let uid = podutil::uid(pod);
         if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
             return Ok(());
         }
+        admission::pressure::admit(pod, &self.eviction.pressure().conditions)?;
         let active: Vec<&Pod> = self
             .pods
             .iter()
@@ -228,6 +243,40 @@ impl<S: PodSyncer> SyncLoop<S> {
             .map(|(_, p)| &**p)
             .collect();
         admission::admit(pod, &self.node_view, &active)
+    }
+
+    /// Upstream `killPodFunc` for the eviction manager: the pod is stopped through its worker
+    /// with the manager's grace period and ends `Failed`/`Evicted`. The newest spec is used; a
+    /// pod already stopping, or gone, is left alone.
+    fn handle_eviction(&mut self, req: crate::eviction::EvictionRequest) {
+        let uid = podutil::uid(&req.pod).to_string();
+        let pod = self.pods.get(&uid).cloned().unwrap_or(req.pod);
+        if self.workers.evict(pod.clone(), req.grace, req.failure) {
+            info!(pod = %podutil::describe(&pod), grace = ?req.grace, queued_ms = req.decided_at.elapsed().as_millis() as u64, "pod evicted; terminating");
+            self.publish_active_pods();
+        }
+    }
+
+    /// Upstream `GetActivePods` for the eviction manager: wanted pods whose worker syncs them
+    /// (not rejected, not stopping or stopped) and that have not finished in the API.
+    fn publish_active_pods(&self) {
+        let mut active: Vec<Arc<Pod>> = self
+            .pods
+            .iter()
+            .filter(|(uid, p)| {
+                self.workers.phase(uid) == Some(Phase::Syncing) && !is_terminal_in_api(p)
+            })
+            .map(|(_, p)| p.clone())
+            .collect();
+        active.sort_by(|a, b| podutil::uid(a).cmp(podutil::uid(b)));
+        self.active_pods.send_if_modified(|cur| {
+            let same = cur.len() == active.len()
+                && cur.iter().zip(&active).all(|(a, b)| Arc::ptr_eq(a, b));
+            if !same {
+                *cur = Arc::new(active);
+            }
+            !same
+        });
     }
 
     /// The static pods that should have a mirror: wanted by their source and admitted, or removed
@@ -268,6 +317,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     self.workers.update(next);
                 }
                 self.publish_static_pods();
+                self.publish_active_pods();
             }
         }
     }
@@ -291,11 +341,35 @@ impl<S: PodSyncer> SyncLoop<S> {
         });
     }
 
+    /// What the container GC may remove (upstream's `podStateProvider` over the pod workers):
+    /// a pod a source wants is active until it finished (or was rejected), then terminated; a
+    /// pod no source wants but whose worker still runs is active; anything else is deleted.
+    fn pod_gc_states(&self) -> PodStates {
+        let mut pods = HashMap::new();
+        for uid in self.pods.keys() {
+            let state = match self.workers.phase(uid) {
+                Some(Phase::Finished { .. }) | Some(Phase::Rejected) => PodGcState::Terminated,
+                _ => PodGcState::Active,
+            };
+            pods.insert(uid.clone(), state);
+        }
+        for uid in self.workers.uids() {
+            if self.workers.has_worker(uid) {
+                pods.entry(uid.to_string()).or_insert(PodGcState::Active);
+            }
+        }
+        PodStates {
+            sources_ready: self.expected_sources.is_subset(&self.seen_sources),
+            pods,
+        }
+    }
+
     /// Upstream `HandlePodCleanups`: pods the runtime has that no source wants are killed and
     /// removed, and pod directories nobody owns are cleaned up. Only once every source has been
     /// read, or a restart would kill everything.
     async fn housekeeping(&mut self) {
         self.workers.reap();
+        self.publish_active_pods();
         if !self.expected_sources.is_subset(&self.seen_sources) {
             return;
         }

@@ -55,8 +55,11 @@ impl Harness {
         cfg.port = 0;
         cfg.static_pod_path = None;
         cfg.kubeconfig = None;
-        // The host's swap is not the fake node's business.
+        // The host's swap is not the fake node's business, nor is its disk or memory: eviction
+        // would read the real host's figures against the fake runtime's pods.
         cfg.cgroups.fail_swap_on = false;
+        cfg.eviction.hard.clear();
+        cfg.cgroups.eviction_hard.clear();
         let cri = CriClient::with_backend(
             Arc::new(fake.clone()),
             "fake".into(),
@@ -196,6 +199,55 @@ async fn crashing_container_restarts_with_crash_loop_backoff() {
         .map(|c| c.attempt)
         .collect();
     assert_eq!(attempts.iter().max(), Some(&4), "attempts {attempts:?}");
+    h.stop().await;
+}
+
+/// The container GC (not the pod worker) bounds a crash-looping container's dead instances:
+/// after a pass, the default policy leaves the newest dead instance besides the current one, and
+/// the newest instance, whose attempt is the restart count, is never removed.
+#[tokio::test(start_paused = true)]
+async fn container_gc_bounds_dead_instances_and_keeps_the_newest() {
+    let h = Harness::start().await;
+    h.want(vec![pod("loop", "uid-loop", vec![container("app")])])
+        .await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "loop", "app")
+    })
+    .await;
+    h.fake.exit_on_start("app", 1);
+    assert_eq!(h.fake.kill_container("app", 1), 1);
+    h.until("six starts", Duration::from_secs(600), |f| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == "start_container" && c.key == "app")
+            .count()
+            >= 6
+    })
+    .await;
+    let removed_before = h
+        .fake
+        .calls()
+        .iter()
+        .filter(|c| c.op == "remove_container")
+        .count();
+    assert!(removed_before > 0, "earlier passes removed dead instances");
+    // Every instance exits at once now: after the next pass one dead instance is left.
+    h.until("one instance left", Duration::from_secs(120), |f| {
+        f.containers().iter().filter(|c| c.name == "app").count() == 1
+    })
+    .await;
+    let left: Vec<u32> = h
+        .fake
+        .containers()
+        .iter()
+        .filter(|c| c.name == "app")
+        .map(|c| c.attempt)
+        .collect();
+    let starts = h.calls("start_container", "app").len() as u32;
+    assert!(
+        left[0] + 1 >= starts,
+        "the newest instance stays: attempt {left:?}, {starts} starts"
+    );
     h.stop().await;
 }
 

@@ -16,6 +16,7 @@ use tracing::{warn, Instrument};
 use super::sync_loop::{self, SyncLoop};
 use super::{cert_dir, KubeletError};
 use crate::admission;
+use crate::cm::PodCgroupNames;
 use crate::config::KubeletConfig;
 use crate::dns::{self, DnsSettings};
 use crate::events::{self, EventRecorder, EventType, Recorder};
@@ -33,9 +34,10 @@ use crate::prober::{ProbeHandle, ProbeManager, ProbeResults, ResultUpdate};
 use crate::runtime::RuntimeManager;
 use crate::server;
 use crate::source::{self, ConfigEvent};
-use crate::stats::StatsSource;
+use crate::stats::{CgroupStats, StatsSource};
 use crate::status::{syncer, StatusHandle, StatusManager};
 use crate::sync::{SyncContext, Syncer};
+use cgroups::CgroupManager;
 
 /// `<root-dir>/pods` and the log directories exist before anything runs.
 pub(super) fn ensure_dirs(cfg: &KubeletConfig) -> Result<(), KubeletError> {
@@ -91,6 +93,17 @@ pub(super) struct PodRuntime {
     pub object_cache: Option<ObjectCache>,
     pub object_changes: mpsc::UnboundedReceiver<String>,
     pub node_view: admission::NodeView,
+    /// The container GC's questions to the SyncLoop.
+    pub gc_states: mpsc::Receiver<crate::runtime::StatesRequest>,
+    /// Image GC, for the eviction manager's disk reclaim (with `ctx.container_gc`).
+    pub image_gc: crate::images::ImageGcHandle,
+}
+
+/// The eviction manager's handle and the channels it shares with the SyncLoop.
+pub(super) struct EvictionSide {
+    pub handle: crate::eviction::EvictionHandle,
+    pub requests: mpsc::UnboundedReceiver<crate::eviction::EvictionRequest>,
+    pub active_pods: watch::Sender<Arc<Vec<Arc<Pod>>>>,
 }
 
 /// The pod sources, merged.
@@ -158,12 +171,38 @@ impl Wiring<'_> {
         }
     }
 
-    pub fn stats_source(&self) -> StatsSource {
+    /// The stats endpoints' sources. The cgroups are read through a cgroupfs-spelled manager:
+    /// the pod cgroup manager itself with the cgroupfs driver, else one detected for reading
+    /// (also without `cgroupsPerQOS`, for the system containers and the root's series).
+    pub fn stats_source(&self, pod_cgroups: Option<&Arc<dyn CgroupManager>>) -> StatsSource {
+        let cfg = self.cfg;
+        let reader: Option<Arc<dyn CgroupManager>> = match pod_cgroups {
+            Some(m) if m.driver() == cgroups::Driver::Cgroupfs => Some(m.clone()),
+            _ => match cgroups::detect(cgroups::Driver::Cgroupfs) {
+                Ok(m) => Some(Arc::new(m)),
+                Err(e) => {
+                    warn!(error = %e, "cannot read cgroups: no pod cgroup or system container stats");
+                    None
+                }
+            },
+        };
+        let pods = pod_cgroups
+            .filter(|_| cfg.cgroups.cgroups_per_qos)
+            .map(|m| PodCgroupNames::new(&cfg.cgroups.cgroup_root, m.driver()));
+        let cgroups = reader.map(|mgr| {
+            CgroupStats::new(crate::stats::cgroup::Setup {
+                mgr,
+                pods,
+                runtime_cgroups: cfg.runtime_cgroups.clone(),
+                runtime_endpoint: cfg.container_runtime_endpoint.clone(),
+            })
+        });
         StatsSource::new(
             self.cri.clone(),
-            self.cfg.node_name.clone(),
-            self.cfg.root_dir.clone(),
-            self.cfg.pod_logs_dir.clone(),
+            cfg.node_name.clone(),
+            cfg.root_dir.clone(),
+            cfg.pod_logs_dir.clone(),
+            cgroups,
         )
     }
 
@@ -374,6 +413,17 @@ impl Wiring<'_> {
             }
             None => crate::services::ServiceLister::standalone(),
         };
+        let (container_gc, gc_states) = self.garbage_collectors(&runtime, api);
+        let (image_gc_task, image_gc) = crate::images::ImageGc::new(
+            self.cri.clone(),
+            cfg.image_gc,
+            cfg.pod_infra_container_image.clone(),
+            api.recorder.clone(),
+        );
+        self.spawn(
+            tracing::info_span!("image_gc"),
+            image_gc_task.run(self.cancel.child_token()),
+        );
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
@@ -402,6 +452,7 @@ impl Wiring<'_> {
             tokens: crate::token::TokenManager::new(api.client.clone()),
             services,
             cm,
+            container_gc,
             crash_loop_max: cfg.crash_loop_max_restart_period,
             seccomp_default: cfg.seccomp_default,
             runtime_classes: crate::runtime::runtime_class::RuntimeClasses::new(api.client.clone()),
@@ -416,6 +467,86 @@ impl Wiring<'_> {
             object_cache,
             object_changes,
             node_view,
+            gc_states,
+            image_gc,
+        })
+    }
+
+    /// The container garbage collector (its pod states come from the SyncLoop) and the OOM
+    /// watcher, which only records events.
+    fn garbage_collectors(
+        &mut self,
+        runtime: &RuntimeManager,
+        api: &ApiSide,
+    ) -> (
+        crate::runtime::ContainerGcHandle,
+        mpsc::Receiver<crate::runtime::StatesRequest>,
+    ) {
+        let (states_tx, gc_states) = mpsc::channel(4);
+        let (gc, handle) = crate::runtime::ContainerGc::new(
+            runtime.clone(),
+            self.cfg.container_gc,
+            self.cfg.container_logs_dir.clone(),
+            api.recorder.clone(),
+            states_tx,
+        );
+        self.spawn(
+            tracing::info_span!("container_gc"),
+            gc.run(self.cancel.child_token()),
+        );
+        self.spawn(
+            tracing::info_span!("oom_watcher"),
+            crate::oom::watch(api.recorder.clone(), self.cancel.child_token()),
+        );
+        (handle, gc_states)
+    }
+
+    /// The eviction manager (upstream `eviction.NewManager` + `Start`), on the thresholds the
+    /// configuration validated, reading the same stats `/stats/summary` serves.
+    pub fn eviction(
+        &mut self,
+        api: &ApiSide,
+        stats: &StatsSource,
+        pods: &PodRuntime,
+    ) -> Result<EvictionSide, KubeletError> {
+        let cfg = self.cfg;
+        let pods_enforced = cfg.cgroups.enforces(crate::config::cgroups::ENFORCE_PODS);
+        let thresholds = cfg
+            .eviction
+            .thresholds(pods_enforced)
+            .map_err(|e| KubeletError::Eviction(e.join("; ")))?;
+        let (req_tx, requests) = mpsc::unbounded_channel();
+        let (active_pods, active_rx) = watch::channel(Arc::new(Vec::new()));
+        let (mgr, handle) = crate::eviction::EvictionManager::new(crate::eviction::Setup {
+            thresholds,
+            max_pod_grace_period: std::time::Duration::from_secs(
+                u64::try_from(cfg.eviction.max_pod_grace_period).unwrap_or(0),
+            ),
+            pressure_transition_period: cfg.eviction.pressure_transition_period,
+            monitoring_interval: crate::eviction::manager::MONITORING_INTERVAL,
+            kernel_memcg_notification: cfg.eviction.kernel_memcg_notification,
+            local_storage_isolation: true,
+            stats: stats.clone(),
+            cri: self.cri.clone(),
+            root_dir: cfg.root_dir.clone(),
+            cm: pods.ctx.cm.clone(),
+            reclaim: Arc::new(super::reclaim::GcReclaim {
+                images: pods.image_gc.clone(),
+                containers: pods.ctx.container_gc.clone(),
+            }),
+            recorder: api.recorder.clone(),
+            active_pods: active_rx,
+            runtime_pods: pods.runtime_pods.clone(),
+            requests: req_tx,
+        });
+        self.spawn(
+            tracing::info_span!("eviction_manager"),
+            mgr.run(self.cancel.child_token()),
+        );
+        Ok(EvictionSide {
+            handle,
+            requests,
+            active_pods,
         })
     }
 
@@ -492,6 +623,7 @@ impl Wiring<'_> {
         api: &ApiSide,
         node: &NodeIdentity,
         version: &api::VersionResponse,
+        eviction: &crate::eviction::EvictionHandle,
     ) -> Sources {
         let cfg = self.cfg;
         let (snap_tx, snap_rx) = mpsc::channel(16);
@@ -577,6 +709,7 @@ impl Wiring<'_> {
                     ),
                     cri: self.cri.clone(),
                     health: self.health.clone(),
+                    eviction: eviction.clone(),
                 };
                 self.spawn(
                     tracing::info_span!("node"),
@@ -597,6 +730,7 @@ impl Wiring<'_> {
         pods: PodRuntime,
         sources: Sources,
         api: ApiSide,
+        eviction: EvictionSide,
     ) -> (SyncLoop<Syncer>, sync_loop::Inputs) {
         let (worker_tx, worker_events) = mpsc::unbounded_channel();
         let cm = pods.ctx.cm.clone();
@@ -622,6 +756,8 @@ impl Wiring<'_> {
             probe_results: pods.probe_results,
             object_cache: pods.object_cache,
             cm,
+            eviction: eviction.handle,
+            active_pods: eviction.active_pods,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,
@@ -629,6 +765,8 @@ impl Wiring<'_> {
             worker_events,
             probe_updates: pods.probe_updates,
             object_changes: pods.object_changes,
+            gc_states: pods.gc_states,
+            evictions: eviction.requests,
         };
         (sync_loop, inputs)
     }

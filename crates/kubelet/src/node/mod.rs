@@ -42,6 +42,8 @@ pub struct NodeAgent {
     pub cri: CriClient,
     pub health: Arc<crate::health::Health>,
     pub recorder: crate::events::Recorder,
+    /// Node pressure from the eviction manager, for the pressure conditions.
+    pub eviction: crate::eviction::EvictionHandle,
 }
 
 impl NodeAgent {
@@ -134,7 +136,10 @@ impl NodeAgent {
             }
             Err(e) => not_ready.push(format!("container runtime is down: {e}")),
         }
-        status::Health { not_ready }
+        status::Health {
+            not_ready,
+            pressure: self.eviction.pressure().conditions,
+        }
     }
 
     /// All Normal, NodeNotReady included, as upstream's setters record them.

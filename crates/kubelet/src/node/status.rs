@@ -177,6 +177,8 @@ pub fn initial_node(s: &NodeSettings, m: &MachineInfo, runtime_version: &str) ->
 pub struct Health {
     /// Reasons the node is not ready (runtime down, PLEG unhealthy, network not ready...).
     pub not_ready: Vec<String>,
+    /// The pressure conditions the eviction manager reports now (`MemoryPressure`, ...).
+    pub pressure: Vec<&'static str>,
 }
 
 fn condition(
@@ -202,6 +204,24 @@ fn condition(
         last_heartbeat_time: Some(Time(now)),
         last_transition_time: transition,
     }
+}
+
+/// Upstream `MemoryPressureCondition` / `DiskPressureCondition` / `PIDPressureCondition`:
+/// True with the first reason and message while the eviction manager reports the pressure.
+fn pressure_condition(
+    health: &Health,
+    kind: &str,
+    when_true: (&str, &str),
+    when_false: (&str, &str),
+    now: Timestamp,
+    old: Option<&NodeStatus>,
+) -> NodeCondition {
+    let (status, (reason, message)) = if health.pressure.contains(&kind) {
+        ("True", when_true)
+    } else {
+        ("False", when_false)
+    };
+    condition(kind, status, reason, message, now, old)
 }
 
 /// The whole node status (upstream's setters, in their order).
@@ -247,27 +267,39 @@ pub fn node_status(
         capacity: Some(capacity),
         allocatable: Some(allocatable),
         conditions: Some(vec![
-            condition(
+            pressure_condition(
+                health,
                 "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
+                (
+                    "KubeletHasInsufficientMemory",
+                    "kubelet has insufficient memory available",
+                ),
+                (
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
                 now,
                 old,
             ),
-            condition(
+            pressure_condition(
+                health,
                 "DiskPressure",
-                "False",
-                "KubeletHasNoDiskPressure",
-                "kubelet has no disk pressure",
+                ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+                ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 now,
                 old,
             ),
-            condition(
+            pressure_condition(
+                health,
                 "PIDPressure",
-                "False",
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
+                (
+                    "KubeletHasInsufficientPID",
+                    "kubelet has insufficient PID available",
+                ),
+                (
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
                 now,
                 old,
             ),
@@ -453,6 +485,7 @@ mod tests {
         assert_eq!(ready(&again).reason.as_deref(), Some("KubeletReady"));
         let bad = Health {
             not_ready: vec!["container runtime is down".into()],
+            pressure: vec![],
         };
         let down = node_status(&settings(), &machine(), "c", &bad, t1, Some(&ok));
         assert!(changed(&ok, &down));
@@ -466,6 +499,88 @@ mod tests {
             )
         );
         assert_eq!(r.last_transition_time, Some(Time(t1)));
+    }
+
+    #[test]
+    fn pressure_conditions_follow_the_eviction_manager() {
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let cond = |s: &NodeStatus, kind: &str| {
+            let c = s
+                .conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == kind)
+                .unwrap()
+                .clone();
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        };
+        let fine = node_status(&settings(), &machine(), "c", &Health::default(), t0, None);
+        let pressed = Health {
+            not_ready: vec![],
+            pressure: vec!["MemoryPressure", "DiskPressure", "PIDPressure"],
+        };
+        let st = node_status(&settings(), &machine(), "c", &pressed, t0, Some(&fine));
+        let owned = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+        let cases = [
+            (
+                "MemoryPressure",
+                owned(
+                    "True",
+                    "KubeletHasInsufficientMemory",
+                    "kubelet has insufficient memory available",
+                ),
+                owned(
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+            ),
+            (
+                "DiskPressure",
+                owned(
+                    "True",
+                    "KubeletHasDiskPressure",
+                    "kubelet has disk pressure",
+                ),
+                owned(
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+            ),
+            (
+                "PIDPressure",
+                owned(
+                    "True",
+                    "KubeletHasInsufficientPID",
+                    "kubelet has insufficient PID available",
+                ),
+                owned(
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
+            ),
+        ];
+        for (kind, when_true, when_false) in cases {
+            assert_eq!(cond(&st, kind), when_true, "{kind}");
+            assert_eq!(cond(&fine, kind), when_false, "{kind}");
+        }
+        assert_eq!(
+            condition_events(Some(&fine), &st),
+            vec![
+                "NodeHasInsufficientMemory",
+                "NodeHasDiskPressure",
+                "NodeHasInsufficientPID"
+            ]
+        );
+        // Pressure alone leaves the node Ready, as upstream.
+        assert_eq!(cond(&st, "Ready").0, "True");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use tracing::{warn, Instrument};
 use crate::podutil;
 use crate::runtime::manager::RuntimePodRef;
 use crate::runtime::RuntimeError;
+pub use crate::status::compute::PodFailure;
 use worker::Work;
 pub use worker::ERROR_RETRY;
 
@@ -52,12 +53,14 @@ pub trait PodSyncer: Send + Sync + 'static {
     ) -> impl Future<Output = SyncOutcome> + Send;
 
     /// Upstream `SyncTerminatingPod`: stop every container with the grace period (the override,
-    /// else the pod's own) and publish the final status. Retried until it succeeds.
+    /// else the pod's own) and publish the final status, `Failed` as `failure` says when the
+    /// kubelet fails the pod (an eviction). Retried until it succeeds.
     fn sync_terminating_pod(
         &self,
         state: &mut Self::State,
         pod: &Arc<Pod>,
         grace: Option<Duration>,
+        failure: Option<&PodFailure>,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
     /// Upstream `SyncTerminatingRuntimePod`: a pod no source wants and only the runtime knows;
@@ -299,11 +302,32 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Stop the pod and remove everything it had (upstream `UpdatePod` with `SyncPodKill`).
     /// Termination is final: a pod already terminating keeps its first grace period.
     pub fn terminate(&mut self, pod: Arc<Pod>, grace: Option<Duration>) {
+        self.terminate_with(pod, grace, None);
+    }
+
+    /// [`Self::terminate`], the kubelet failing the pod as it goes (upstream `KillPodOptions`
+    /// with a `PodStatusFunc`, what an eviction sends). False when the pod was not syncing (it
+    /// is already terminating, finished or unknown): nothing changes then.
+    pub fn evict(&mut self, pod: Arc<Pod>, grace: Duration, failure: PodFailure) -> bool {
+        if self.phase(podutil::uid(&pod)) != Some(Phase::Syncing) {
+            return false;
+        }
+        self.terminate_with(pod, Some(grace), Some(failure));
+        true
+    }
+
+    fn terminate_with(
+        &mut self,
+        pod: Arc<Pod>,
+        grace: Option<Duration>,
+        failure: Option<PodFailure>,
+    ) {
         let uid = podutil::uid(&pod).to_string();
         let full_name = podutil::full_name(&pod);
         let work = Work::Terminate {
             pod: pod.clone(),
             grace,
+            failure,
         };
         if let Some(r) = self.records.get_mut(&uid) {
             match (r.phase, &r.worker) {

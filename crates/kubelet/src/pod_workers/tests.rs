@@ -41,8 +41,16 @@ impl PodSyncer for Recorder {
         _: &mut (),
         pod: &Arc<Pod>,
         grace: Option<Duration>,
+        failure: Option<&PodFailure>,
     ) -> Result<(), RuntimeError> {
-        self.push(format!("terminating {} {grace:?}", podutil::uid(pod)));
+        match failure {
+            Some(f) => self.push(format!(
+                "terminating {} {grace:?} {}",
+                podutil::uid(pod),
+                f.reason
+            )),
+            None => self.push(format!("terminating {} {grace:?}", podutil::uid(pod))),
+        }
         Ok(())
     }
 
@@ -196,4 +204,34 @@ async fn runtime_only_pods_get_their_own_operation_and_no_spec() {
     assert!(t.until_finished("orphan").await.is_empty());
     assert_eq!(t.syncer.ops(), ["runtime orphan 2s"]);
     assert!(t.workers.get("orphan").is_some_and(|r| r.pod.is_none()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_eviction_terminates_a_syncing_pod_once_with_its_failure() {
+    let mut t = Table::new();
+    let p = pod("a", "u1");
+    // Not known yet: nothing to evict.
+    let failure = PodFailure {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+    };
+    assert!(!t
+        .workers
+        .evict(p.clone(), Duration::from_secs(1), failure.clone()));
+    t.workers.update(p.clone());
+    t.settle().await;
+    assert!(t
+        .workers
+        .evict(p.clone(), Duration::from_secs(1), failure.clone()));
+    // Already terminating: a second eviction changes nothing.
+    assert!(!t.workers.evict(p.clone(), Duration::ZERO, failure));
+    assert!(t.until_finished("u1").await.is_empty());
+    assert_eq!(
+        t.syncer.ops(),
+        [
+            "sync u1",
+            "terminating u1 Some(1s) Evicted",
+            "terminated u1"
+        ]
+    );
 }

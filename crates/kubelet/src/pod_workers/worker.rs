@@ -47,6 +47,8 @@ pub(super) enum Work {
     Terminate {
         pod: Arc<Pod>,
         grace: Option<Duration>,
+        /// The kubelet fails the pod (an eviction).
+        failure: Option<super::PodFailure>,
     },
     /// A pod only the runtime knows: stop and remove it, there is no spec to honour.
     TerminateRuntime {
@@ -76,9 +78,16 @@ pub(super) async fn run<S: PodSyncer>(
                 let _ = events.send(WorkerEvent::Finished { uid, pod: None });
                 return;
             }
-            Work::Terminate { pod, grace } => {
+            Work::Terminate {
+                pod,
+                grace,
+                failure,
+            } => {
                 let st = state.get_or_insert_with(|| syncer.new_state(&pod));
-                if !retry!(&cancel, syncer.sync_terminating_pod(st, &pod, grace)) {
+                if !retry!(
+                    &cancel,
+                    syncer.sync_terminating_pod(st, &pod, grace, failure.as_ref())
+                ) {
                     return;
                 }
                 let _ = events.send(WorkerEvent::Terminated { uid: uid.clone() });
@@ -97,7 +106,7 @@ pub(super) async fn run<S: PodSyncer>(
                 let out: SyncOutcome = syncer.sync_pod(st, &pod).await;
                 if out.terminal {
                     info!("pod reached a terminal phase; stopping its sandbox");
-                    match syncer.sync_terminating_pod(st, &pod, None).await {
+                    match syncer.sync_terminating_pod(st, &pod, None, None).await {
                         Ok(()) => done = true,
                         Err(e) => {
                             warn!(error = %e, "failed to stop terminal pod; will retry");

@@ -4,6 +4,8 @@
 pub mod actions;
 pub mod container;
 pub mod env;
+pub mod gc;
+mod gc_manager;
 pub mod labels;
 pub mod manager;
 pub mod runtime_class;
@@ -11,6 +13,7 @@ pub mod sandbox;
 pub mod security;
 
 pub use actions::{compute_pod_actions, PodActions};
+pub use gc_manager::{ContainerGc, ContainerGcError, ContainerGcHandle, StatesRequest};
 pub use manager::{RuntimeError, RuntimeManager};
 
 // The runtime pod types live with the cache in `container`, below this module.

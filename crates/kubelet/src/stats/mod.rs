@@ -1,10 +1,14 @@
 //! Resource usage for the stats endpoints (upstream `pkg/kubelet/stats` with the CRI stats
 //! provider): the node's from its root cgroup (or /proc where the cgroup has no such file),
-//! containers' from the runtime (CRI `ListContainerStats`), pods' as the sum of their containers.
+//! containers' from the runtime (CRI `ListContainerStats`), pods' from their pod cgroup (else as
+//! the sum of their containers), the system containers and `/metrics/cadvisor` from the cgroups
+//! ([`cgroup`], [`cadvisor`]).
 //!
 //! `/metrics/resource` is what metrics-server scrapes; it is rendered here in upstream's names
 //! and label sets, with the sample times as Prometheus timestamps, as upstream does.
 
+pub mod cadvisor;
+pub mod cgroup;
 pub mod ephemeral;
 pub mod fs;
 pub mod net;
@@ -19,6 +23,7 @@ use rkubelet_cri::{api, CriClient};
 
 use crate::runtime::labels;
 
+pub use cgroup::CgroupStats;
 pub use ephemeral::{EphemeralStorage, PodEphemeral, PodKey};
 pub use node::{node_usage, NodeUsage};
 
@@ -30,6 +35,9 @@ pub struct StatsSource {
     pub node_name: String,
     pub root_dir: std::path::PathBuf,
     pub ephemeral: EphemeralStorage,
+    /// The node's cgroups (None where they cannot be read): pod cgroups, system containers and
+    /// `/metrics/cadvisor`.
+    pub cgroups: Option<CgroupStats>,
 }
 
 impl StatsSource {
@@ -38,6 +46,7 @@ impl StatsSource {
         node_name: String,
         root_dir: std::path::PathBuf,
         pod_logs_dir: std::path::PathBuf,
+        cgroups: Option<CgroupStats>,
     ) -> Self {
         let ephemeral =
             EphemeralStorage::new(root_dir.clone(), pod_logs_dir, ephemeral::DEFAULT_PERIOD);
@@ -46,7 +55,26 @@ impl StatsSource {
             node_name,
             root_dir,
             ephemeral,
+            cgroups,
         }
+    }
+
+    /// The pod cgroups now and, with `system`, the system containers (nothing without cgroups).
+    pub async fn pod_cgroups(&self, system: bool) -> (cgroup::PodTree, Vec<cgroup::SystemSample>) {
+        let Some(c) = self.cgroups.clone() else {
+            return Default::default();
+        };
+        tokio::task::spawn_blocking(move || {
+            let tree = c.pod_tree(false);
+            let sys = if system {
+                c.system_containers(&tree)
+            } else {
+                Vec::new()
+            };
+            (tree, sys)
+        })
+        .await
+        .unwrap_or_default()
     }
 }
 
@@ -209,6 +237,7 @@ fn sample(labels: Vec<LabelPair>, kind: MetricType, value: f64, timestamp_ms: i6
 pub fn resource_families(
     node: Option<&NodeUsage>,
     containers: &[ContainerUsage],
+    pod_cgroups: &std::collections::HashMap<String, cgroup::Sample>,
     scrape_error: bool,
 ) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
@@ -278,12 +307,21 @@ pub fn resource_families(
             )],
         ));
     }
-    // Pods: the sum of their containers, at the newest of their samples.
+    // Pods: their pod cgroup's figures, else the sum of their containers at the newest of
+    // their samples (upstream reads the summary's pod figures).
     let mut pods: BTreeMap<(&str, &str), (f64, f64, i64)> = BTreeMap::new();
     for c in containers {
         let e = pods
             .entry((c.namespace.as_str(), c.pod.as_str()))
             .or_default();
+        if let Some(s) = pod_cgroups.get(&c.pod_uid) {
+            *e = (
+                s.usage.cpu_usage_ns as f64 / 1e9,
+                s.usage.memory_working_set_bytes as f64,
+                s.at_ns,
+            );
+            continue;
+        }
         e.0 += c.cpu_core_nanoseconds.unwrap_or(0) as f64 / 1e9;
         e.1 += c.memory_working_set_bytes.unwrap_or(0) as f64;
         e.2 = e.2.max(c.timestamp_ns);
@@ -335,7 +373,7 @@ pub fn resource_families(
 
 /// The runtime's image filesystem: its usage from CRI `ImageFsInfo`, its size from the
 /// filesystem at the mountpoint the runtime names.
-async fn image_fs(cri: &CriClient) -> Option<(fs::DiskUsage, Option<fs::FsInfo>)> {
+pub(crate) async fn image_fs(cri: &CriClient) -> Option<(fs::DiskUsage, Option<fs::FsInfo>)> {
     let r = cri
         .image_fs_info(api::ImageFsInfoRequest {})
         .await
@@ -378,6 +416,7 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
         .map_err(|e| tracing::warn!(error = %e, "cannot read pod sandboxes"))
         .unwrap_or_default();
     let image_fs = image_fs(cri).await;
+    let (tree, system) = src.pod_cgroups(true).await;
     // Every pod's storage, with the writable layers the runtime just reported.
     let mut layers: BTreeMap<PodKey, BTreeMap<String, fs::DiskUsage>> = sandboxes
         .iter()
@@ -419,6 +458,8 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
         containers: &containers,
         sandboxes: &sandboxes,
         ephemeral: &ephemeral,
+        pod_cgroups: &tree.pods,
+        system_containers: &system,
     })
 }
 
@@ -432,6 +473,7 @@ pub async fn summary_cpu_and_memory(src: &StatsSource) -> summary::Summary {
         .await
         .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
         .unwrap_or_default();
+    let (tree, system) = src.pod_cgroups(true).await;
     let mut s = summary::build(&summary::Inputs {
         node_name: &src.node_name,
         now_ns: now_ns(),
@@ -444,6 +486,8 @@ pub async fn summary_cpu_and_memory(src: &StatsSource) -> summary::Summary {
         containers: &containers,
         sandboxes: &[],
         ephemeral: &BTreeMap::new(),
+        pod_cgroups: &tree.pods,
+        system_containers: &system,
     });
     summary::cpu_and_memory_only(&mut s);
     s
@@ -460,8 +504,9 @@ pub async fn summary_json(src: &StatsSource, only_cpu_and_memory: bool) -> Vec<u
     serde_json::to_vec(&s).unwrap_or_default()
 }
 
-/// `/metrics/resource`: node and container usage now, in the Prometheus text format.
-pub async fn resource_metrics(cri: &CriClient) -> Vec<u8> {
+/// `/metrics/resource`: node, pod and container usage now, in the Prometheus text format.
+pub async fn resource_metrics(src: &StatsSource) -> Vec<u8> {
+    let cri = &src.cri;
     let node = match node_usage() {
         Ok(n) => Some(n),
         Err(e) => {
@@ -476,8 +521,9 @@ pub async fn resource_metrics(cri: &CriClient) -> Vec<u8> {
             (Vec::new(), true)
         }
     };
+    let (tree, _) = src.pod_cgroups(false).await;
     let mut buf = Vec::new();
-    let families = resource_families(node.as_ref(), &containers, err);
+    let families = resource_families(node.as_ref(), &containers, &tree.pods, err);
     // Encoding into a Vec cannot fail on I/O.
     let _ = prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &families, &mut buf);
     buf
@@ -513,6 +559,7 @@ mod tests {
                 c("a", "p", 1_500_000_000, 100),
                 c("b", "p", 500_000_000, 50),
             ],
+            &Default::default(),
             false,
         );
         let mut buf = Vec::new();
@@ -529,6 +576,51 @@ mod tests {
             "resource_scrape_error 0",
             "\nscrape_error 0",
             "# TYPE container_cpu_usage_seconds_total counter",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn pod_resource_figures_from_the_pod_cgroup() {
+        let c = |name: &str, uid: &str| ContainerUsage {
+            name: name.into(),
+            pod: format!("pod-{uid}"),
+            namespace: "ns".into(),
+            pod_uid: uid.into(),
+            timestamp_ns: 1_700_000_000_000_000_000,
+            cpu_core_nanoseconds: Some(1_000_000_000),
+            memory_working_set_bytes: Some(100),
+            ..Default::default()
+        };
+        let sample = cgroup::Sample {
+            id: "/kubepods/poda".into(),
+            at_ns: 1_700_000_001_000_000_000,
+            usage: cgroups::Usage {
+                cpu_usage_ns: 3_000_000_000,
+                memory_working_set_bytes: 250,
+                ..Default::default()
+            },
+            nano_cores: None,
+        };
+        let cgroups = [("a".to_string(), sample)].into();
+        let fams = resource_families(
+            None,
+            &[c("x", "a"), c("y", "a"), c("z", "b")],
+            &cgroups,
+            false,
+        );
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &fams, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for want in [
+            // Pod a has a pod cgroup: its figures, at its time.
+            "pod_cpu_usage_seconds_total{namespace=\"ns\",pod=\"pod-a\"} 3 1700000001000",
+            "pod_memory_working_set_bytes{namespace=\"ns\",pod=\"pod-a\"} 250 1700000001000",
+            // Pod b has none: the sum of its containers.
+            "pod_memory_working_set_bytes{namespace=\"ns\",pod=\"pod-b\"} 100 1700000000000",
+            // Containers keep their own.
+            "container_memory_working_set_bytes{container=\"x\",namespace=\"ns\",pod=\"pod-a\"} 100",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

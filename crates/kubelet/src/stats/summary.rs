@@ -1,20 +1,23 @@
 //! The Summary API (`/stats/summary`, upstream `k8s.io/kubelet/pkg/apis/stats/v1alpha1`) in its
 //! JSON shape: node CPU, memory, network, filesystems and process limits; per pod CPU, memory,
 //! network, volumes, ephemeral storage and process count; per container CPU, memory, writable
-//! layer and logs. Pods' CPU and memory are the sums of their containers'.
+//! layer and logs; the system containers (`kubelet`, `runtime`, `pods`). Pods' CPU and memory
+//! come from their pod cgroup when there is one (as upstream), else they are the sums of their
+//! containers'.
 //!
-//! Left out: `systemContainers` (rkubelet puts neither itself, the runtime nor pods under cgroups
-//! of its own to report), `swap`, accelerators and user-defined metrics.
+//! Left out: the `misc` system container (`systemCgroups` is not implemented), `swap`,
+//! accelerators and user-defined metrics.
 //!
 //! The types are written here because no published crate carries the kubelet's stats API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use super::cgroup::{Sample, SystemSample};
 use super::ephemeral::{PodEphemeral, PodKey};
 use super::fs::{fs_info, DiskUsage, FsInfo};
 use super::net::Interface;
@@ -32,6 +35,8 @@ pub struct Summary {
 #[serde(rename_all = "camelCase")]
 pub struct NodeStats {
     pub node_name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system_containers: Vec<ContainerStats>,
     /// The node's boot time (upstream: the root container's creation).
     pub start_time: Option<Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -302,10 +307,14 @@ pub struct Inputs<'a> {
     pub containers: &'a [ContainerUsage],
     pub sandboxes: &'a [SandboxUsage],
     pub ephemeral: &'a BTreeMap<PodKey, PodEphemeral>,
+    /// Pod cgroups' readings by pod UID (empty without pod cgroups).
+    pub pod_cgroups: &'a HashMap<String, Sample>,
+    pub system_containers: &'a [SystemSample],
 }
 
 /// Assembles the summary. Pods are the ready sandboxes (and any pod a running container names),
-/// sorted by namespace and name; their CPU and memory the sums of their containers', their start
+/// sorted by namespace and name; their CPU and memory their pod cgroup's (else the sums of their
+/// containers'), their start
 /// the sandbox's creation (else their first container's). Containers' writable layers and logs
 /// are reported against the image and log filesystems; the pod's ephemeral storage against the
 /// root filesystem, as upstream does.
@@ -400,6 +409,13 @@ pub fn build(i: &Inputs<'_>) -> Summary {
             }),
         });
     }
+    for p in pods.values_mut() {
+        if let Some(s) = i.pod_cgroups.get(&p.pod_ref.uid) {
+            let (cpu, memory) = cgroup_cpu_memory(s);
+            p.cpu = Some(cpu);
+            p.memory = Some(memory);
+        }
+    }
     for (key, p) in pods.iter_mut() {
         let Some(e) = i.ephemeral.get(key) else {
             continue;
@@ -421,6 +437,7 @@ pub fn build(i: &Inputs<'_>) -> Summary {
     Summary {
         node: NodeStats {
             node_name: i.node_name.to_string(),
+            system_containers: i.system_containers.iter().map(system_container).collect(),
             start_time: i.boot_ns.and_then(time),
             cpu: i.node.map(|n| CpuStats {
                 time: time(n.timestamp_ns),
@@ -465,187 +482,42 @@ pub fn cpu_and_memory_only(s: &mut Summary) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::ephemeral::VolumeUsage;
-    use crate::stats::sandbox::PodNetwork;
+/// A cgroup's CPU and memory in the Summary API's terms (upstream
+/// `cadvisorInfoToCPUandMemoryStats`): `availableBytes` only under a memory limit.
+pub fn cgroup_cpu_memory(s: &Sample) -> (CpuStats, MemoryStats) {
+    let u = &s.usage;
+    let cpu = CpuStats {
+        time: time(s.at_ns),
+        usage_nano_cores: s.nano_cores,
+        usage_core_nano_seconds: Some(u.cpu_usage_ns),
+    };
+    let memory = MemoryStats {
+        time: time(s.at_ns),
+        available_bytes: u
+            .memory_limit_bytes
+            .map(|l| l.saturating_sub(u.memory_working_set_bytes)),
+        usage_bytes: Some(u.memory_usage_bytes),
+        working_set_bytes: Some(u.memory_working_set_bytes),
+        rss_bytes: Some(u.memory_rss_bytes),
+        page_faults: Some(u.memory_page_faults),
+        major_page_faults: Some(u.memory_major_page_faults),
+    };
+    (cpu, memory)
+}
 
-    #[test]
-    fn summary_in_upstream_json_shape() {
-        let c = |name: &str, cpu: u64, mem: u64, started: i64| ContainerUsage {
-            id: format!("id-{name}"),
-            name: name.into(),
-            pod: "web".into(),
-            namespace: "default".into(),
-            pod_uid: "u1".into(),
-            timestamp_ns: 1_700_000_000_000_000_000,
-            cpu_core_nanoseconds: Some(cpu),
-            cpu_nano_cores: Some(cpu / 10),
-            memory_working_set_bytes: Some(mem),
-            memory_usage_bytes: Some(mem * 2),
-            memory_rss_bytes: Some(mem / 2),
-            memory_page_faults: Some(3),
-            writable_layer_bytes: Some(4096),
-            writable_layer_inodes: Some(2),
-            started_ns: started,
-            ..Default::default()
-        };
-        let node = NodeUsage {
-            timestamp_ns: 1_700_000_000_000_000_000,
-            cpu_core_nanoseconds: 9,
-            memory_working_set_bytes: 7,
-            memory_capacity_bytes: Some(100),
-        };
-        let pod = PodKey {
-            namespace: "default".into(),
-            name: "web".into(),
-            uid: "u1".into(),
-        };
-        let eth0 = Interface {
-            name: "eth0".into(),
-            rx_bytes: 11,
-            rx_errors: 0,
-            tx_bytes: 22,
-            tx_errors: 1,
-        };
-        let sandboxes = [SandboxUsage {
-            id: "sb".into(),
-            pod: pod.clone(),
-            created_ns: 1_600_000_000_000_000_000,
-            network: Some(PodNetwork {
-                timestamp_ns: 1_700_000_000_000_000_000,
-                interfaces: vec![eth0.clone()],
-                default: Some("eth0".into()),
-            }),
-            process_count: Some(4),
-        }];
-        let disk = FsInfo {
-            capacity_bytes: 1000,
-            available_bytes: 600,
-            free_bytes: 700,
-            inodes: 50,
-            inodes_free: 40,
-        };
-        let du = |bytes, inodes| DiskUsage { bytes, inodes };
-        let eph = PodEphemeral {
-            volumes: vec![VolumeUsage {
-                name: "scratch".into(),
-                plugin: "kubernetes.io~empty-dir".into(),
-                usage: du(300, 3),
-                fs: Some(disk),
-                ephemeral: true,
-                measured: std::time::SystemTime::now(),
-            }],
-            logs: [("a".to_string(), du(50, 2))].into(),
-            total: du(9000, 9),
-            logs_fs: Some(disk),
-            ..Default::default()
-        };
-        let ephemeral = [(pod, eph)].into();
-        let containers = [
-            c("a", 100, 10, 1_600_000_002_000_000_000),
-            c("b", 50, 5, 1_600_000_001_000_000_000),
-        ];
-        let s = build(&Inputs {
-            node_name: "n1",
-            now_ns: 1_700_000_000_000_000_000,
-            node: Some(&node),
-            boot_ns: Some(1_500_000_000_000_000_000),
-            node_fs: Some(disk),
-            node_network: network_stats(&[eth0], Some("eth0"), 1_700_000_000_000_000_000),
-            image_fs: Some((du(200, 20), Some(disk))),
-            rlimit: None,
-            containers: &containers,
-            sandboxes: &sandboxes,
-            ephemeral: &ephemeral,
-        });
-        let v = serde_json::to_value(&s).unwrap();
-        let n = &v["node"];
-        assert_eq!(n["nodeName"], "n1");
-        assert_eq!(n["startTime"], "2017-07-14T02:40:00Z");
-        assert_eq!(n["cpu"]["usageCoreNanoSeconds"], 9);
-        assert_eq!(n["memory"]["workingSetBytes"], 7);
-        assert_eq!(n["memory"]["availableBytes"], 93);
-        assert_eq!(n["network"]["name"], "eth0");
-        assert_eq!(n["network"]["rxBytes"], 11);
-        assert_eq!(n["network"]["interfaces"][0]["txErrors"], 1);
-        assert_eq!(n["fs"]["usedBytes"], 300);
-        assert_eq!(n["fs"]["inodesUsed"], 10);
-        assert_eq!(n["runtime"]["imageFs"]["usedBytes"], 200);
-        assert_eq!(n["runtime"]["imageFs"]["capacityBytes"], 1000);
-        let pod = &v["pods"][0];
-        assert_eq!(pod["podRef"]["uid"], "u1");
-        // The pod started with its sandbox.
-        assert_eq!(pod["startTime"], "2020-09-13T12:26:40Z");
-        assert_eq!(pod["cpu"]["usageCoreNanoSeconds"], 150);
-        assert_eq!(pod["cpu"]["usageNanoCores"], 15);
-        assert_eq!(pod["memory"]["workingSetBytes"], 15);
-        assert_eq!(pod["memory"]["usageBytes"], 30);
-        assert_eq!(pod["memory"]["pageFaults"], 6);
-        assert_eq!(pod["network"]["txBytes"], 22);
-        assert_eq!(pod["process_stats"]["process_count"], 4);
-        assert_eq!(pod["volume"][0]["name"], "scratch");
-        assert_eq!(pod["volume"][0]["usedBytes"], 300);
-        assert_eq!(pod["volume"][0]["capacityBytes"], 1000);
-        assert!(pod["volume"][0].get("pvcRef").is_none());
-        assert_eq!(pod["ephemeral-storage"]["usedBytes"], 9000);
-        assert_eq!(pod["ephemeral-storage"]["inodesUsed"], 9);
-        assert_eq!(pod["ephemeral-storage"]["availableBytes"], 600);
-        let a = &pod["containers"][0];
-        assert_eq!(a["name"], "a");
-        assert_eq!(pod["containers"][1]["name"], "b");
-        assert_eq!(a["rootfs"]["usedBytes"], 4096);
-        assert_eq!(a["rootfs"]["inodesUsed"], 2);
-        assert_eq!(a["rootfs"]["capacityBytes"], 1000);
-        assert_eq!(a["logs"]["usedBytes"], 50);
-        assert!(pod["containers"][1].get("logs").is_none());
-        assert_eq!(a["cpu"]["time"], "2023-11-14T22:13:20Z");
-        assert_eq!(a["memory"]["rssBytes"], 5);
-
-        let mut only = s.clone();
-        cpu_and_memory_only(&mut only);
-        let v = serde_json::to_value(&only).unwrap();
-        for k in ["network", "fs", "runtime", "rlimit"] {
-            assert!(v["node"].get(k).is_none(), "node.{k}: {v}");
-        }
-        assert_eq!(v["node"]["cpu"]["usageCoreNanoSeconds"], 9);
-        let pod = &v["pods"][0];
-        for k in ["network", "volume", "ephemeral-storage", "process_stats"] {
-            assert!(pod.get(k).is_none(), "pod.{k}: {pod}");
-        }
-        assert_eq!(pod["memory"]["workingSetBytes"], 15);
-        assert!(pod["containers"][0].get("rootfs").is_none());
-        assert!(pod["containers"][0].get("logs").is_none());
-        assert_eq!(pod["containers"][0]["cpu"]["usageCoreNanoSeconds"], 100);
-    }
-
-    #[test]
-    fn a_container_without_a_sandbox_still_makes_a_pod() {
-        let c = ContainerUsage {
-            name: "x".into(),
-            pod: "p".into(),
-            namespace: "ns".into(),
-            pod_uid: "u".into(),
-            started_ns: 1_600_000_000_000_000_000,
-            ..Default::default()
-        };
-        let s = build(&Inputs {
-            node_name: "n",
-            now_ns: 0,
-            node: None,
-            boot_ns: None,
-            node_fs: None,
-            node_network: None,
-            image_fs: None,
-            rlimit: None,
-            containers: &[c],
-            sandboxes: &[],
-            ephemeral: &BTreeMap::new(),
-        });
-        let v = serde_json::to_value(&s).unwrap();
-        assert_eq!(v["pods"][0]["startTime"], "2020-09-13T12:26:40Z");
-        assert!(v["node"]["startTime"].is_null());
-        assert!(v["pods"][0].get("ephemeral-storage").is_none());
+/// A system container in the Summary API's shape (no filesystems, as upstream).
+pub fn system_container(s: &SystemSample) -> ContainerStats {
+    let (cpu, memory) = cgroup_cpu_memory(&s.sample);
+    ContainerStats {
+        name: s.name.to_string(),
+        start_time: s.start_ns.and_then(time),
+        cpu: Some(cpu),
+        memory: Some(memory),
+        rootfs: None,
+        logs: None,
     }
 }
+
+#[cfg(test)]
+#[path = "summary_tests.rs"]
+mod tests;

@@ -35,7 +35,23 @@ pub struct StatusContext<'a> {
     /// Startup and readiness results: a running container is started and ready only once its
     /// probes say so (upstream `probeManager.UpdatePodStatus`).
     pub probes: &'a ProbeResults,
+    /// Set when the kubelet itself fails the pod (an eviction): upstream's kill options'
+    /// `PodStatusFunc`, applied on top of the generated status.
+    pub failure: Option<&'a PodFailure>,
 }
+
+/// The kubelet failing a pod it stops (upstream `TerminatePodOptions` of an eviction): phase
+/// `Failed` with this reason and message, and a `DisruptionTarget` condition
+/// (`TerminationByKubelet`) saying why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFailure {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Upstream `v1.DisruptionTarget` and `PodReasonTerminationByKubelet`.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
 
 /// Upstream `activeDeadlineHandler`'s reason and message.
 pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
@@ -487,7 +503,9 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
     let deadline_exceeded = phase != "Succeeded"
         && phase != "Failed"
         && active_deadline_left(pod, cx.start_time, cx.now).is_some_and(|d| d.is_zero());
-    let (phase, reason, message) = if deadline_exceeded {
+    let (phase, reason, message) = if let Some(f) = cx.failure {
+        ("Failed", Some(f.reason.clone()), Some(f.message.clone()))
+    } else if deadline_exceeded {
         (
             "Failed",
             Some(DEADLINE_EXCEEDED.to_string()),
@@ -535,6 +553,16 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
     let (ok, why, msg) = containers_ready;
     conditions.push(condition("ContainersReady", ok, why, msg, cx));
     conditions.push(condition("PodScheduled", true, None, None, cx));
+    if let Some(f) = cx.failure {
+        conditions.retain(|c| c.type_ != DISRUPTION_TARGET);
+        conditions.push(condition(
+            DISRUPTION_TARGET,
+            true,
+            Some(TERMINATION_BY_KUBELET),
+            Some(f.message.clone()),
+            cx,
+        ));
+    }
 
     let mut status = PodStatus {
         phase: Some(phase.into()),
@@ -681,6 +709,7 @@ mod tests {
                 start_time: t,
                 host_ip: "10.1.1.1",
                 probes,
+                failure: None,
             },
         )
     }
@@ -805,6 +834,7 @@ mod tests {
                     start_time: t(0),
                     host_ip: "",
                     probes: &probes,
+                    failure: None,
                 },
             )
         };
@@ -832,9 +862,46 @@ mod tests {
                 start_time: t(0),
                 host_ip: "",
                 probes: &probes,
+                failure: None,
             },
         );
         assert_eq!((s.phase.as_deref(), s.reason), (Some("Succeeded"), None));
+        // An eviction fails even a running pod, with a DisruptionTarget condition.
+        let f = PodFailure {
+            reason: "Evicted".into(),
+            message: "The node was low on resource: memory. ".into(),
+        };
+        let s = generate(
+            &p,
+            &rt,
+            &StatusContext {
+                reasons: &Reasons::new(),
+                old: None,
+                now: t(1),
+                runtime_name: "containerd",
+                start_time: t(0),
+                host_ip: "",
+                probes: &probes,
+                failure: Some(&f),
+            },
+        );
+        assert_eq!(
+            (
+                s.phase.as_deref(),
+                s.reason.as_deref(),
+                s.message.as_deref()
+            ),
+            (
+                Some("Failed"),
+                Some("Evicted"),
+                Some("The node was low on resource: memory. ")
+            )
+        );
+        let c = cond(&s, DISRUPTION_TARGET);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("True", Some(TERMINATION_BY_KUBELET))
+        );
         assert_eq!(
             active_deadline_left(&pod("Always", &[], &["a"]), t(0), t(5)),
             None

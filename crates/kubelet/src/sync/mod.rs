@@ -64,6 +64,8 @@ pub struct SyncContext {
     pub services: crate::services::ServiceLister,
     /// The container manager: pod cgroups, OOM scores, CFS settings.
     pub cm: crate::cm::ContainerManager,
+    /// The container garbage collector: the owner of dead instances and replaced sandboxes.
+    pub container_gc: crate::runtime::ContainerGcHandle,
     /// `crashLoopBackOff.maxContainerRestartPeriod`: each pod's CrashLoopBackOff cap.
     pub crash_loop_max: Option<Duration>,
     /// `seccompDefault`: RuntimeDefault seccomp for containers that set no profile.
@@ -93,6 +95,9 @@ pub struct PodState {
     /// When the last sync's runtime actions ended: the next sync needs a runtime status read
     /// after it (upstream `lastSyncTime`). None before the first sync.
     pub last_sync: Option<tokio::time::Instant>,
+    /// The kubelet is failing this pod (an eviction): every status published from now on is
+    /// `Failed` with this reason and message.
+    pub failure: Option<compute::PodFailure>,
 }
 
 impl PodState {
@@ -115,6 +120,7 @@ impl PodState {
             synced: false,
             volumes: PodVolumes::default(),
             last_sync: None,
+            failure: None,
         }
     }
 }
@@ -146,6 +152,7 @@ async fn publish(
         runtime_name: &ctx.runtime_name,
         start_time: state.first_seen,
         host_ip: &ctx.node_ip,
+        failure: state.failure.as_ref(),
     };
     let status = compute::generate(pod, rt, &cx);
     let reason = |s: Option<&PodStatus>| s.and_then(|s| s.reason.clone());
@@ -556,7 +563,11 @@ async fn execute(
             Ok((id, ip)) => {
                 crate::metrics::get().started_pods.inc();
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
-                remove_empty_replaced_sandboxes(ctx, &who, rt, &id).await;
+                if !rt.sandboxes.is_empty() {
+                    // The replaced sandboxes go with the container GC's next pass, which this
+                    // asks for now (upstream waits for its period).
+                    ctx.container_gc.collect_soon();
+                }
                 (id, actions.attempt, ip)
             }
             Err(e) => {
@@ -701,39 +712,10 @@ async fn execute(
             warn!(pod = %who, id = %id, error = %e, "failed to remove a created, never started container");
         }
     }
-    prune_dead_containers(ctx, pod, rt).await;
     let now = crate::clock::now();
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
     retry
-}
-
-/// Upstream's sandbox GC (`evictSandboxes`) for a live pod: a sandbox that is not ready, holds no
-/// containers and is not the newest goes (for instance one an interrupted RunPodSandbox left).
-async fn remove_empty_replaced_sandboxes(
-    ctx: &SyncContext,
-    who: &str,
-    rt: &PodRuntimeStatus,
-    newest: &str,
-) {
-    for old in rt.sandboxes.iter().filter(|s| !s.ready && s.id != newest) {
-        let listed = ctx
-            .runtime
-            .cri
-            .list_containers(rkubelet_cri::api::ListContainersRequest {
-                filter: Some(rkubelet_cri::api::ContainerFilter {
-                    pod_sandbox_id: old.id.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await;
-        if !listed.is_ok_and(|l| l.containers.is_empty()) {
-            continue;
-        }
-        if let Err(e) = ctx.runtime.remove_sandbox(&old.id).await {
-            warn!(pod = %who, sandbox = %old.id, error = %e, "failed to remove replaced sandbox");
-        }
-    }
 }
 
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
@@ -936,31 +918,27 @@ fn ephemeral_target(
     }
 }
 
-/// Container GC for one pod (upstream keeps `MaxPerPodContainer` = 1 dead instance per container):
-/// the newest instance and the one before it stay (status and `logs --previous` need them).
-async fn prune_dead_containers(ctx: &SyncContext, pod: &Pod, rt: &PodRuntimeStatus) {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for c in &rt.containers {
-        let n = seen.entry(c.name.as_str()).or_default();
-        *n += 1;
-        if *n > 2 && c.state == ContainerState::Exited {
-            if let Err(e) = ctx.runtime.remove_container(&c.id).await {
-                warn!(pod = %podutil::describe(pod), container = %c.name, error = %e, "failed to remove dead container");
-            }
-        }
-    }
-}
-
-/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status.
+/// Upstream `SyncTerminatingPod`: stop everything with the grace period, publish the final status
+/// (`Failed` with the failure's reason and message when the kubelet fails the pod, as an
+/// eviction does).
 pub async fn terminate_pod(
     ctx: &SyncContext,
     state: &mut PodState,
     pod: &Arc<Pod>,
     grace_override: Option<Duration>,
+    failure: Option<&compute::PodFailure>,
 ) -> Result<(), RuntimeError> {
+    if let Some(f) = failure {
+        state.failure = Some(f.clone());
+    }
     let rt = ctx.cache.fresh(podutil::uid(pod), state.last_sync).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
     info!(pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    if state.failure.is_some() {
+        // The failure shows at once, before the containers are stopped (upstream writes the
+        // pod status of a killed pod before killing it).
+        publish(ctx, state, pod, &rt).await;
+    }
     // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));

@@ -14,6 +14,7 @@ use crate::pod_workers::PodSyncer;
 use crate::podutil;
 use crate::runtime::manager::RuntimePodRef;
 use crate::runtime::RuntimeError;
+use crate::status::compute::PodFailure;
 
 /// Cheap to clone: the shared handles every worker uses.
 #[derive(Clone)]
@@ -37,8 +38,9 @@ impl PodSyncer for Syncer {
         state: &mut PodState,
         pod: &Arc<Pod>,
         grace: Option<Duration>,
+        failure: Option<&PodFailure>,
     ) -> Result<(), RuntimeError> {
-        terminate_pod(&self.ctx, state, pod, grace).await
+        terminate_pod(&self.ctx, state, pod, grace, failure).await
     }
 
     async fn sync_terminating_runtime_pod(

@@ -65,6 +65,8 @@ pub const NODE_HAS_INSUFFICIENT_PID: &str = "NodeHasInsufficientPID";
 // Image manager event reasons.
 pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
 pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
+/// A process outside any container was OOM-killed (upstream `pkg/kubelet/oom`).
+pub const SYSTEM_OOM: &str = "SystemOOM";
 
 // Probe event reasons.
 pub const CONTAINER_UNHEALTHY: &str = "Unhealthy";
@@ -83,3 +85,7 @@ pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 // Container runtime event reasons recorded as literals upstream (`kuberuntime`).
 /// envFrom keys that are not valid variable names were skipped.
 pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
+
+// Eviction manager event reasons (upstream `eviction.Reason` and `EvictionThresholdMet`).
+pub const EVICTED: &str = "Evicted";
+pub const EVICTION_THRESHOLD_MET: &str = "EvictionThresholdMet";

@@ -40,6 +40,17 @@ pub fn is_static(pod: &Pod) -> bool {
         .is_some_and(|s| s != "api")
 }
 
+/// Upstream `SystemCriticalPriority`: pods at or above it are critical.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// Upstream `kubelettypes.IsCriticalPod`: static pods (their mirror pods are API objects this
+/// kubelet does not run) and pods of system-critical priority. Eviction spares them, and
+/// admission under node pressure lets them in.
+pub fn is_critical(pod: &Pod) -> bool {
+    is_static(pod)
+        || pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0) >= SYSTEM_CRITICAL_PRIORITY
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,6 +147,22 @@ impl Env {
             self.healthz_port,
             self.port
         ) + &self.extra_config;
+        // Upstream's default disk thresholds (nodefs 10%, imagefs 15%) would put a CI host
+        // whose disk is more than 85% full under DiskPressure, and every API pod would be
+        // refused with Evicted: tests get thresholds the shared host meets, unless they set
+        // their own.
+        let cfg = if self.extra_config.contains("evictionHard") {
+            cfg
+        } else {
+            cfg + "evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}\n"
+        };
+        // Likewise image GC (high threshold 85% by default) would remove a test's unused images
+        // on such a host, and no registry can give them back: off (100) unless a test sets it.
+        let cfg = if self.extra_config.contains("imageGCHighThresholdPercent") {
+            cfg
+        } else {
+            cfg + "imageGCHighThresholdPercent: 100\n"
+        };
         std::fs::write(self.config_path(), cfg).unwrap();
         self.runs += 1;
         let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();

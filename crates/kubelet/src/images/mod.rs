@@ -1,5 +1,11 @@
 //! Image manager (upstream `pkg/kubelet/images`): pull policy, pull backoff and the reasons
-//! (`ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`, `InvalidImageName`) a failed pull shows.
+//! (`ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`, `InvalidImageName`) a failed pull shows,
+//! and image garbage collection ([`gc`], upstream `image_gc_manager.go`).
+
+pub mod gc;
+mod gc_manager;
+
+pub use gc_manager::{ImageGc, ImageGcHandle};
 
 use std::sync::Arc;
 
