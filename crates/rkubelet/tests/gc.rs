@@ -15,23 +15,6 @@ const ENTRYPOINT: &str = "rkubelet.local/busybox-entrypoint:1.35";
 const NONROOT: &str = "rkubelet.local/busybox-nonroot:1.35";
 const PAUSE: &str = "rkubelet.local/pause:3.9";
 
-/// `(reason, message)` of the events recorded on Node `node`.
-fn node_events(cp: &ControlPlane, node: &str) -> Vec<(String, String)> {
-    let sel = format!("involvedObject.kind=Node,involvedObject.name={node}");
-    let ev = cp
-        .get_json(&["events", "--field-selector", &sel])
-        .unwrap_or_default();
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("reason"), s("message"))
-        })
-        .collect()
-}
-
 /// `wait_until` for checks that talk to the runtime.
 async fn wait_async<F, Fut>(timeout: Duration, what: &str, mut f: F)
 where
@@ -97,7 +80,7 @@ async fn image_gc_removes_unused_images_and_keeps_used_and_young_ones() {
         Duration::from_secs(30),
         "FreeDiskSpaceFailed on the Node",
         || {
-            node_events(&cp, &env.node)
+            cp.node_events(&env.node)
                 .into_iter()
                 .find(|(r, _)| r == "FreeDiskSpaceFailed")
         },

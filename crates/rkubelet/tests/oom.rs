@@ -20,22 +20,6 @@ use std::time::Duration;
 use common::*;
 use nix::sys::signal::Signal;
 
-fn node_events(cp: &ControlPlane, node: &str) -> Vec<(String, String)> {
-    let sel = format!("involvedObject.kind=Node,involvedObject.name={node}");
-    let ev = cp
-        .get_json(&["events", "--field-selector", &sel])
-        .unwrap_or_default();
-    ev["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (s("reason"), s("message"))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn oom_kills_outside_pods_are_read_from_the_kernel_log() {
     let cp = ControlPlane::up("oom");
@@ -103,13 +87,13 @@ async fn oom_kills_outside_pods_are_read_from_the_kernel_log() {
         Duration::from_secs(30),
         "SystemOOM event on the Node",
         || {
-            node_events(&cp, &env.node)
+            cp.node_events(&env.node)
                 .into_iter()
                 .find(|(r, m)| r == "SystemOOM" && m == &want)
         },
     );
     assert_eq!(ev.1, want);
-    let events = node_events(&cp, &env.node);
+    let events = cp.node_events(&env.node);
     assert!(
         !events
             .iter()

@@ -709,7 +709,17 @@ impl ControlPlane {
 
     /// The events recorded for pod `name` in the default namespace, as `(reason, message)`.
     pub fn pod_events(&self, name: &str) -> Vec<(String, String)> {
-        let sel = format!("involvedObject.kind=Pod,involvedObject.name={name}");
+        self.events_of("Pod", name)
+    }
+
+    /// The events recorded on Node `name`, as `(reason, message)`.
+    pub fn node_events(&self, name: &str) -> Vec<(String, String)> {
+        self.events_of("Node", name)
+    }
+
+    /// The events whose involved object is `kind`/`name`, as `(reason, message)`.
+    fn events_of(&self, kind: &str, name: &str) -> Vec<(String, String)> {
+        let sel = format!("involvedObject.kind={kind},involvedObject.name={name}");
         let ev = self
             .get_json(&["events", "--field-selector", &sel])
             .unwrap_or_default();
