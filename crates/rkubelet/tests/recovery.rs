@@ -223,11 +223,22 @@ async fn sigkill_while_starting_and_deleting_pods_leaves_one_clean_run_each() {
     );
     env.join(&cp, &[]);
 
-    let pods = wait_until(Duration::from_secs(180), "every pod Running", || {
-        let pods = api_pods(&cp);
-        (pods.len() == PODS && pods.iter().all(|p| p["status"]["phase"] == "Running"))
+    // Phase Running alone also holds for a pod whose only container has exited and waits to be
+    // started again (restartPolicy Always): wait for every container to be reported running, the
+    // state the runtime is then checked for.
+    let pods = wait_until(
+        Duration::from_secs(180),
+        "every pod's container running",
+        || {
+            let pods = api_pods(&cp);
+            (pods.len() == PODS
+                && pods.iter().all(|p| {
+                    p["status"]["phase"] == "Running"
+                        && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                }))
             .then_some(pods)
-    });
+        },
+    );
     for p in &pods {
         let name = p["metadata"]["name"].as_str().unwrap();
         let uid = p["metadata"]["uid"].as_str().unwrap();
