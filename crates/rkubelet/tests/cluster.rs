@@ -16,10 +16,6 @@ fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == kind)
 }
 
-fn wait_json(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
-    wait_until(timeout, what, &mut f)
-}
-
 #[tokio::test]
 async fn node_registers_ready_and_renews_its_lease() {
     let cp = ControlPlane::up("node");

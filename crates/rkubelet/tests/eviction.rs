@@ -64,10 +64,6 @@ fn events_for(cp: &ControlPlane, kind: &str, name: &str) -> Vec<(String, String,
         .collect()
 }
 
-fn wait_json(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
-    wait_until(timeout, what, &mut f)
-}
-
 /// A memory hog: `mb` MiB written into a tmpfs emptyDir (shared memory is charged to the pod's
 /// cgroup and counts in the working set), then it sleeps.
 fn hog_pod(name: &str, node: &str, mb: i64) -> String {

@@ -15,22 +15,6 @@ const ENTRYPOINT: &str = "rkubelet.local/busybox-entrypoint:1.35";
 const NONROOT: &str = "rkubelet.local/busybox-nonroot:1.35";
 const PAUSE: &str = "rkubelet.local/pause:3.9";
 
-/// `wait_until` for checks that talk to the runtime.
-async fn wait_async<F, Fut>(timeout: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + timeout;
-    while !f().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 async fn present(env: &Env, image: &str) -> bool {
     env.image_status(image).await.is_some()
 }

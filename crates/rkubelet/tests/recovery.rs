@@ -15,19 +15,6 @@ use nix::sys::signal::Signal;
 use rkubelet_cri::api;
 use serde_json::Value;
 
-/// `wait_until` for checks that talk to the runtime (async: the test's runtime has one thread).
-async fn wait_async<F, Fut>(timeout: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]
         .as_array()?

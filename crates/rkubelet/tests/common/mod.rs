@@ -487,6 +487,32 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
     }
 }
 
+/// `wait_until` for a JSON object read from the API (`ControlPlane::get_json`), returning it.
+pub fn wait_json(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<serde_json::Value>,
+) -> serde_json::Value {
+    wait_until(timeout, what, &mut f)
+}
+
+/// `wait_until` for checks that talk to the runtime: async, because a test's runtime has one
+/// thread and a blocking wait would starve the CRI client it polls through.
+pub async fn wait_async<F, Fut>(timeout: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !f().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 pub fn container_status<'a>(
     pod: &'a Pod,
     name: &str,
