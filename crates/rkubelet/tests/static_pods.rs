@@ -385,14 +385,42 @@ async fn broken_manifests_do_not_touch_good_pods() {
     // ...and that the pods it sent on after that have been acted on: a manifest written later
     // runs, so the update carrying the broken good.yaml was processed before it.
     env.write_manifest("later.yaml", &simple_pod("later", "Always", SLEEPER));
-    env.wait_running("later");
-    // By then a removal of the good pod would have been handled: /pods lists a pod until it
-    // has terminated, and the kill may still be on its way to the runtime, so its container
-    // running proves little this soon; the kubelet's own record of a removal is the evidence.
-    let removed = log_records(&env.kubelet_log())
+    let later = env.wait_running("later");
+    // Then later.yaml goes and its pod is torn down. The sync loop handles updates in order, so
+    // a removal of the good pod sent with the broken good.yaml was handled before this one, and
+    // its kill, started earlier, has had longer than later's to reach the runtime. (/pods lists
+    // a pod until it has terminated, so the good pod being listed proves nothing on its own.)
+    // The later pod's removal record also shows that the record looked for below is written.
+    env.remove_manifest("later.yaml");
+    wait_async(Duration::from_secs(60), "later pod torn down", || async {
+        env.containers_of(&uid(&later)).await.is_empty()
+            && env.sandboxes_of(&uid(&later)).await.is_empty()
+    })
+    .await;
+    let records = log_records(&env.kubelet_log());
+    assert!(
+        records
+            .iter()
+            .any(|r| r.contains("pod removed") && r.contains(&uid(&later))),
+        "the later pod's removal was not recorded:\n{}",
+        tail(&env.kubelet_log(), 20)
+    );
+    let removed = records
         .into_iter()
         .find(|r| r.contains("pod removed") && r.contains(&uid(&good)));
     assert_eq!(removed, None, "the good pod was dropped");
+    let running: Vec<_> = env
+        .containers_of(&uid(&good))
+        .await
+        .into_iter()
+        .filter(|c| c.state == rkubelet_cri::api::ContainerState::ContainerRunning as i32)
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        running.len(),
+        1,
+        "the good pod's container was stopped by the half-written edit"
+    );
     let still = env.pod("good").expect("good pod still there");
     assert_eq!(uid(&still), uid(&good));
     let cs = container_status(&still, "main");
