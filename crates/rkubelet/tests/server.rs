@@ -139,12 +139,16 @@ async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
     let (code, body) = curl(&env, "/containerLogs/default/counter/nope", &creds);
     assert_eq!(
         (code, body.as_str()),
-        (404, "container \"nope\" not found in pod \"counter\"\n")
+        (404, "container \"nope\" not found in pod \"counter\"\n"),
+        "rkubelet's own answer on {} for a container the pod does not have",
+        env.port
     );
     let (code, body) = curl(&env, "/containerLogs/default/nosuch/main", &creds);
     assert_eq!(
         (code, body.as_str()),
-        (404, "pod \"nosuch\" does not exist\n")
+        (404, "pod \"nosuch\" does not exist\n"),
+        "rkubelet's own answer on {} for a pod it does not have",
+        env.port
     );
 }
 
@@ -300,8 +304,10 @@ async fn secure_port_authenticates_and_authorizes() {
     // 35: handshake failed; 56: with TLS 1.3 the alert can arrive on the first read instead.
     assert!(
         matches!(out.status.code(), Some(35 | 56)),
-        "curl exit {:?}: {err}",
-        out.status.code()
+        "a client certificate from another CA should fail the TLS handshake; curl exit {:?}, \
+         HTTP status {}: {err}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "000", "{err}");
     assert!(
