@@ -165,15 +165,19 @@ async fn sigterm_drains_connections_within_bounds_and_pods_keep_running() {
     let refused = refusals.join().unwrap();
     for (what, at) in ["secure", "read-only", "healthz"].iter().zip(refused) {
         let at = at.unwrap_or_else(|| panic!("the {what} port never refused a connection"));
+        // "At once" against the 5 s grace: a listener kept open for the grace would refuse at
+        // 5 s. Half of that leaves room for a loaded machine (it takes milliseconds).
         assert!(
-            at.saturating_duration_since(t0) < Duration::from_secs(1),
+            at.saturating_duration_since(t0) < Duration::from_millis(2500),
             "the {what} port refused only after {:?}",
             at - t0
         );
     }
     let (code, done) = run.join().unwrap();
     assert_eq!(code, "200", "the /run in flight was answered");
-    assert!(done.saturating_duration_since(t0) < Duration::from_secs(4));
+    // Answered when its exec ended (about 2.5 s after the signal), not held to the end of the
+    // 5 s grace: the bound sits at the grace, the only wrong answer it has to tell apart.
+    assert!(done.saturating_duration_since(t0) < Duration::from_secs(5));
 
     let (lines, ended, mut child) = follow.rest(Duration::from_secs(1));
     let ended = ended.expect("the followed log ended by the time rkubelet exited");
@@ -230,8 +234,10 @@ async fn a_second_signal_exits_at_once() {
         std::thread::sleep(Duration::from_millis(300));
         let t0 = Instant::now();
         let status = env.stop_kubelet(second);
+        // "At once" against the graceful path, which would hold the open stream for the 5 s
+        // grace (4.7 s after t0): 3 s leaves room for a loaded machine (it takes milliseconds).
         assert!(
-            t0.elapsed() < Duration::from_secs(2),
+            t0.elapsed() < Duration::from_secs(3),
             "{first} then {second}: exited after {:?}",
             t0.elapsed()
         );
