@@ -54,9 +54,27 @@ fn set_value(cp: &ControlPlane, letter: char, create: bool) {
     cp.kubectl_stdin(&[verb, "-f", "-"], Some(&cm.to_string()));
 }
 
+/// The node's configMap requests in the apiserver's audit log as (verb, stage, auditID). The
+/// apiserver (1.20) logs a watch when it ends, with stage ResponseComplete, not while it is open.
+fn configmap_requests(cp: &ControlPlane, node: &str) -> Vec<(String, String, String)> {
+    let user = format!("system:node:{node}");
+    let text = std::fs::read_to_string(cp.dir.join("log/audit.log")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["user"]["username"] == user.as_str() && e["objectRef"]["resource"] == "configmaps"
+        })
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("verb"), s("stage"), s("auditID"))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn watched_config_map_updates_reach_files_promptly_and_atomically() {
-    let cp = ControlPlane::up("pull3");
+    // Audited: the watch is seen from the apiserver's side, opened and ended.
+    let cp = ControlPlane::up_audited("pull3");
     let mut env = Env::new(213);
     let kc = cp.node_kubeconfig(&env.node);
     let kc = format!("--kubeconfig={}", kc.display());
@@ -109,13 +127,25 @@ async fn watched_config_map_updates_reach_files_promptly_and_atomically() {
     assert!(reads > 10, "the reader hardly ran: {reads}");
     assert_eq!(bad, "", "the reader saw torn content");
 
-    let log = env.kubelet_log();
-    assert!(log.contains("starting watch"), "{}", tail(&log, 30));
+    // The node read the configMap by list and watch (a single-object watch, as the Node
+    // authorizer allows), not by GETs; the apiserver logs the watch once it has ended, which
+    // it must not have yet, and does when the pod goes.
+    let before = configmap_requests(&cp, &env.node);
+    assert!(
+        before.iter().any(|(v, _, _)| v == "list")
+            && !before.iter().any(|(v, _, _)| v == "get" || v == "watch"),
+        "{before:?}"
+    );
     cp.kubectl(&["delete", "pod", "watcher", "--wait=false"]);
     wait_until(
         Duration::from_secs(30),
-        "watch stopped with the pod",
-        || env.kubelet_log().contains("stopping watch").then_some(()),
+        "the node's configMap watch ended with the pod",
+        || {
+            configmap_requests(&cp, &env.node)
+                .iter()
+                .any(|(v, s, _)| v == "watch" && s == "ResponseComplete")
+                .then_some(())
+        },
     );
     let pod_dir = env.root.join("pods").join(uid(&pod));
     wait_until(Duration::from_secs(30), "pod directory removed", || {
@@ -176,7 +206,8 @@ async fn value(env: &Env, pod: &k8s_openapi::api::core::v1::Pod) -> String {
 
 #[tokio::test]
 async fn get_and_cache_strategies() {
-    let cp = ControlPlane::up("pull4");
+    // Audited: what each node asked the apiserver for is the evidence of its strategy.
+    let cp = ControlPlane::up_audited("pull4");
     cp.kubectl(&["create", "configmap", "small", "--from-literal=v=1"]);
     let (get_env, get_pod) = small_reader(&cp, 214, "Get").await;
     let (cache_env, cache_pod) = small_reader(&cp, 215, "Cache").await;
@@ -206,9 +237,21 @@ async fn get_and_cache_strategies() {
     // periods the file still has the old content.
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(value(&cache_env, &cache_pod).await, "1");
-    // Neither strategy watches.
-    for env in [&get_env, &cache_env] {
-        assert!(!env.kubelet_log().contains("starting watch"));
+    // Neither strategy watches: each node GETs the configMap (Get at every resync, so more
+    // than once by now) and never lists or watches it.
+    for (env, min_gets) in [(&get_env, 2), (&cache_env, 1)] {
+        let reqs = configmap_requests(&cp, &env.node);
+        assert!(
+            !reqs.iter().any(|(v, _, _)| v == "watch" || v == "list"),
+            "{} watched the configMap: {reqs:?}",
+            env.node
+        );
+        let gets = reqs.iter().filter(|(v, _, _)| v == "get").count();
+        assert!(
+            gets >= min_gets,
+            "{} should GET the configMap at least {min_gets} times: {reqs:?}",
+            env.node
+        );
     }
 
     cp.kubectl(&["delete", "pods", "--all", "--wait=false"]);
