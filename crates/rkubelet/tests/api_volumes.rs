@@ -213,7 +213,9 @@ async fn config_maps_and_secrets_as_files_and_env() {
         "{vars}"
     );
 
-    // An update reaches both configMap volumes within a bounded time, via a new ..data.
+    // An update reaches both configMap volumes within a bounded time, via a new ..data. The
+    // watch delivers it in a second or two; the bound is half the 1 min syncFrequency, so an
+    // update left to the periodic resync fails it and a loaded machine does not.
     let t = Instant::now();
     cp.kubectl(&[
         "patch",

@@ -112,7 +112,8 @@ async fn fs_group_owns_volumes_as_seen_by_a_non_root_user() {
     assert_eq!(sh(&env, &pod, "cat /etc/sec/password").await, "s3cret");
     assert_eq!(sh(&env, &pod, "cat /etc/cfg/key").await, "v1");
 
-    // A changed configMap is written to a new directory: it gets the group too.
+    // A changed configMap is written to a new directory: it gets the group too. (The bound is
+    // half the 1 min syncFrequency: the watch delivers the change, not the resync.)
     let t = Instant::now();
     cp.kubectl(&[
         "patch",

@@ -152,7 +152,8 @@ fn pod_list(names: &[&str], tag: &str) -> String {
     serde_json::json!({"apiVersion": "v1", "kind": "PodList", "items": items}).to_string()
 }
 
-/// Waits until the runtime has no running container of pod `uid`.
+/// Waits until the runtime has no running container of pod `uid`. SLEEPER stops on SIGTERM at
+/// once; the 60 s bound only catches containers left running, it is not a speed figure.
 async fn wait_gone(env: &Env, uid: &str, what: &str) {
     let begin = Instant::now();
     loop {
