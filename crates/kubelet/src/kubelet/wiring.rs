@@ -438,7 +438,7 @@ impl Wiring<'_> {
             runtime,
             images: ImageManager::new(
                 self.cri.clone(),
-                cfg.serialize_image_pulls,
+                cfg.image_pulls.serialize,
                 api.recorder.clone(),
                 api.client.clone(),
             ),
@@ -710,6 +710,7 @@ impl Wiring<'_> {
                     cri: self.cri.clone(),
                     health: self.health.clone(),
                     eviction: eviction.clone(),
+                    config: cfg.node_status,
                 };
                 self.spawn(
                     tracing::info_span!("node"),
