@@ -63,6 +63,9 @@ pub struct KubeletConfig {
     pub pod_infra_container_image: String,
     /// `syncFrequency`: how often a pod is resynced when nothing happens to it.
     pub sync_frequency: Duration,
+    /// `podHousekeepingPeriod`: how often the SyncLoop's housekeeping runs (pods no source
+    /// wants are stopped, orphaned pod directories and cgroups removed).
+    pub pod_housekeeping_period: Duration,
     /// `fileCheckFrequency`: rescan of the static pod directory besides inotify.
     pub file_check_frequency: Duration,
     /// `staticPodURL` / `--manifest-url`: a URL whose body (a Pod or PodList) gives static pods.
@@ -265,6 +268,7 @@ impl Default for KubeletConfig {
             pod_infra_container_image: "registry.k8s.io/pause:3.9".into(),
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
+            pod_housekeeping_period: Duration::from_secs(2),
             static_pod_url: None,
             static_pod_url_header: Vec::new(),
             http_check_frequency: Duration::from_secs(20),
@@ -543,6 +547,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     );
     r.duration("syncFrequency", &mut cfg.sync_frequency);
     r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
+    r.duration("podHousekeepingPeriod", &mut cfg.pod_housekeeping_period);
     if let Some(url) = r.string("staticPodURL") {
         cfg.static_pod_url = (!url.is_empty()).then_some(url);
     }

@@ -343,6 +343,72 @@ mod tests {
         }
     }
 
+    /// Through the whole loader: file, flags, typed config, errors.
+    #[test]
+    fn loaded_from_file_and_flags() {
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let l = super::super::parse(&format!(
+            "{head}nodeStatusUpdateFrequency: 3s\nnodeLeaseDurationSeconds: 12\n\
+             nodeStatusMaxImages: -1\nmaxParallelImagePulls: 4\nregistryPullQPS: 0\n\
+             registryBurst: 3\npodHousekeepingPeriod: 5s\n"
+        ))
+        .unwrap();
+        let c = &l.config;
+        assert_eq!(
+            (c.node_status, c.image_pulls, c.pod_housekeeping_period),
+            (
+                NodeStatusConfig {
+                    update_frequency: Duration::from_secs(3),
+                    report_frequency: Duration::from_secs(3),
+                    lease_duration_seconds: 12,
+                    max_images: -1,
+                },
+                ImagePullConfig {
+                    serialize: false,
+                    max_parallel: Some(4),
+                    qps: 0,
+                    burst: 3,
+                },
+                Duration::from_secs(5)
+            )
+        );
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        // A flag counts as set: the report frequency follows it.
+        let l = super::super::load(&super::super::Sources {
+            flags: vec![("nodeStatusUpdateFrequency".into(), "7s".into())],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            l.config.node_status.report_frequency,
+            Duration::from_secs(7)
+        );
+        for (body, want) in [
+            (
+                "maxParallelImagePulls: 0\n",
+                "maxParallelImagePulls 0 must be a positive number",
+            ),
+            (
+                "serializeImagePulls: true\nmaxParallelImagePulls: 2\n",
+                "maxParallelImagePulls cannot be larger than 1",
+            ),
+            ("nodeStatusMaxImages: -5\n", "must be -1 or greater"),
+            (
+                "registryPullQPS: -1\n",
+                "registryPullQPS (--registry-qps): -1 must not be a negative number",
+            ),
+            (
+                "podHousekeepingPeriod: 0s\n",
+                "podHousekeepingPeriod: must be greater than 0",
+            ),
+        ] {
+            let err = super::super::parse(&format!("{head}{body}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+    }
+
     #[test]
     fn lease_renews_at_a_quarter() {
         let c = NodeStatusConfig {

@@ -134,8 +134,8 @@ pub const FIELDS: &[Field] = &[
         r#""30s""#,
         Implemented,
     ),
-    f("registryPullQPS", Int, "5", NotYet),
-    f("registryBurst", Int, "10", NotYet),
+    f("registryPullQPS", Int, "5", Implemented),
+    f("registryBurst", Int, "10", Implemented),
     f("imagePullCredentialsVerificationPolicy", Str, "", NotYet),
     f("preloadedImagesVerificationAllowlist", StrList, "", NotYet),
     f("eventRecordQPS", Int, "50", Implemented),
@@ -205,7 +205,7 @@ pub const FIELDS: &[Field] = &[
     f("kubeAPIQPS", Int, "50", Implemented),
     f("kubeAPIBurst", Int, "100", Implemented),
     f("serializeImagePulls", Bool, "true", Implemented),
-    f("maxParallelImagePulls", Int, "", NotYet),
+    f("maxParallelImagePulls", Int, "", Implemented),
     // Upstream's DefaultEvictionHard (Linux), applied when the file does not set the map.
     f(
         "evictionHard",
@@ -331,7 +331,7 @@ pub const FIELDS: &[Field] = &[
     f("failCgroupV1", Bool, "false", NotYet),
     f("userNamespaces", Struct, "", NotYet),
     f("userNamespaces.idsPerPod", Int, "", NotYet),
-    f("podHousekeepingPeriod", Duration, r#""2s""#, NotYet),
+    f("podHousekeepingPeriod", Duration, r#""2s""#, Implemented),
 ];
 
 /// The entry for a dotted path.

@@ -18,6 +18,9 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
     if cfg.file_check_frequency.is_zero() {
         errors.push("fileCheckFrequency: must be greater than 0".into());
     }
+    if cfg.pod_housekeeping_period.is_zero() {
+        errors.push("podHousekeepingPeriod: must be greater than 0".into());
+    }
     if let Some(url) = &cfg.static_pod_url {
         validate_pod_url(url, cfg, errors);
     }

@@ -438,7 +438,7 @@ impl Wiring<'_> {
             runtime,
             images: ImageManager::new(
                 self.cri.clone(),
-                cfg.image_pulls.serialize,
+                &cfg.image_pulls,
                 api.recorder.clone(),
                 api.client.clone(),
             ),
@@ -742,6 +742,7 @@ impl Wiring<'_> {
         );
         let sync_loop = SyncLoop {
             sync_frequency: self.cfg.sync_frequency,
+            housekeeping_period: self.cfg.pod_housekeeping_period,
             root_dir: self.cfg.root_dir.clone(),
             pods: HashMap::new(),
             seen_sources: HashSet::new(),
