@@ -22,6 +22,9 @@ use machine::MachineInfo;
 use status::NodeSettings;
 
 pub use kubelet_config::config::node_status::NodeStatusConfig;
+
+/// Upstream's jitter factor on `nodeStatusUpdateFrequency`.
+const STATUS_UPDATE_JITTER: f64 = 0.04;
 /// Registration retries: 100 ms doubling to 4 s, jittered (upstream `registerWithAPIServer`
 /// caps at 7 s; [`crate::backoff::API`]'s cap is used so every API loop recovers alike).
 const REGISTER_BACKOFF: crate::backoff::Exponential =
@@ -186,16 +189,18 @@ impl NodeAgent {
     ) {
         let nodes: Api<Node> = Api::all(self.heartbeat.clone());
         let mut last_report: Option<Instant> = None;
-        // Validation keeps it above zero; the floor only guards `interval`'s panic on zero.
+        // Validation keeps it above zero; the floor only guards against a busy loop.
         let every = self.config.update_frequency.max(Duration::from_millis(10));
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = recovered.notified() => last_report = None,
             }
+            // Upstream `wait.JitterUntil(syncNodeStatus, nodeStatusUpdateFrequency, 0.04, true)`:
+            // the next computation a jittered period after this one ends.
+            wait = every + every.mul_f64(STATUS_UPDATE_JITTER * fastrand::f64());
             let health = self.health().await;
             let mut st = status::node_status(
                 &self.settings,
