@@ -11,6 +11,7 @@ pub mod cgroups;
 mod duration;
 pub mod eviction;
 pub mod gc;
+pub mod node_status;
 pub mod schema;
 pub mod tls;
 mod validate;
@@ -62,6 +63,9 @@ pub struct KubeletConfig {
     pub pod_infra_container_image: String,
     /// `syncFrequency`: how often a pod is resynced when nothing happens to it.
     pub sync_frequency: Duration,
+    /// `podHousekeepingPeriod`: how often the SyncLoop's housekeeping runs (pods no source
+    /// wants are stopped, orphaned pod directories and cgroups removed).
+    pub pod_housekeeping_period: Duration,
     /// `fileCheckFrequency`: rescan of the static pod directory besides inotify.
     pub file_check_frequency: Duration,
     /// `staticPodURL` / `--manifest-url`: a URL whose body (a Pod or PodList) gives static pods.
@@ -85,8 +89,11 @@ pub struct KubeletConfig {
     pub healthz_bind_address: IpAddr,
     /// `maxPods`.
     pub max_pods: u32,
-    /// `serializeImagePulls`: one pull at a time, upstream's default.
-    pub serialize_image_pulls: bool,
+    /// `serializeImagePulls`, `maxParallelImagePulls`, `registryPullQPS`, `registryBurst`.
+    pub image_pulls: node_status::ImagePullConfig,
+    /// `nodeStatusUpdateFrequency`, `nodeStatusReportFrequency`, `nodeLeaseDurationSeconds`,
+    /// `nodeStatusMaxImages`.
+    pub node_status: node_status::NodeStatusConfig,
     /// `configMapAndSecretChangeDetectionStrategy`: how ConfigMaps and Secrets are read.
     pub config_map_and_secret_change_detection_strategy: crate::ChangeDetectionStrategy,
     /// `resolvConf`: the host resolver file pods with dnsPolicy Default get.
@@ -261,6 +268,7 @@ impl Default for KubeletConfig {
             pod_infra_container_image: "registry.k8s.io/pause:3.9".into(),
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
+            pod_housekeeping_period: Duration::from_secs(2),
             static_pod_url: None,
             static_pod_url_header: Vec::new(),
             http_check_frequency: Duration::from_secs(20),
@@ -271,7 +279,8 @@ impl Default for KubeletConfig {
             healthz_port: 10248,
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             max_pods: 110,
-            serialize_image_pulls: true,
+            image_pulls: node_status::ImagePullConfig::default(),
+            node_status: node_status::NodeStatusConfig::default(),
             config_map_and_secret_change_detection_strategy: Default::default(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             cluster_domain: String::new(),
@@ -496,6 +505,9 @@ fn layered(
             _ => {}
         }
     }
+    node_status::apply_defaults(&mut tree, |p| {
+        set.contains(p) || flags.iter().any(|(f, _)| f == p)
+    });
     validate_tree(&tree, &mut errors);
     let cfg = from_tree(tree, &mut errors, &mut warnings);
     validate(&cfg, &mut errors);
@@ -535,6 +547,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     );
     r.duration("syncFrequency", &mut cfg.sync_frequency);
     r.duration("fileCheckFrequency", &mut cfg.file_check_frequency);
+    r.duration("podHousekeepingPeriod", &mut cfg.pod_housekeeping_period);
     if let Some(url) = r.string("staticPodURL") {
         cfg.static_pod_url = (!url.is_empty()).then_some(url);
     }
@@ -583,9 +596,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     if let Some(b) = r.bool("seccompDefault") {
         cfg.seccomp_default = b;
     }
-    if let Some(b) = r.bool("serializeImagePulls") {
-        cfg.serialize_image_pulls = b;
-    }
+    node_status::read(&mut r, &mut cfg.node_status, &mut cfg.image_pulls);
     if let Some(s) = r.string("configMapAndSecretChangeDetectionStrategy") {
         // Other values were already reported by the enum check of the schema.
         if let Some(v) = crate::ChangeDetectionStrategy::parse(&s) {

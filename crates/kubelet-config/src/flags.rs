@@ -281,8 +281,8 @@ pub const FLAGS: &[Spec] = &[
     cfg("tls-cipher-suites", StrSlice, "tlsCipherSuites", Implemented),
     cfg("tls-min-version", Str, "tlsMinVersion", Implemented),
     cfg("rotate-certificates", Bool, "rotateCertificates", Implemented),
-    cfg("registry-qps", Int, "registryPullQPS", NotYet),
-    cfg("registry-burst", Int, "registryBurst", NotYet),
+    cfg("registry-qps", Int, "registryPullQPS", Implemented),
+    cfg("registry-burst", Int, "registryBurst", Implemented),
     cfg("event-qps", Int, "eventRecordQPS", Implemented),
     cfg("event-burst", Int, "eventBurst", Implemented),
     cfg("enable-debugging-handlers", Bool, "enableDebuggingHandlers", Implemented),
@@ -299,7 +299,7 @@ pub const FLAGS: &[Spec] = &[
         "streamingConnectionIdleTimeout",
         Implemented,
     ),
-    cfg("node-status-update-frequency", Duration, "nodeStatusUpdateFrequency", NotYet),
+    cfg("node-status-update-frequency", Duration, "nodeStatusUpdateFrequency", Implemented),
     cfg("minimum-image-ttl-duration", Duration, "imageMinimumGCAge", Implemented),
     cfg("image-gc-high-threshold", Int, "imageGCHighThresholdPercent", Implemented),
     cfg("image-gc-low-threshold", Int, "imageGCLowThresholdPercent", Implemented),
@@ -338,7 +338,7 @@ pub const FLAGS: &[Spec] = &[
     cfg("container-log-max-size", Str, "containerLogMaxSize", Implemented),
     cfg("container-log-max-files", Int, "containerLogMaxFiles", Implemented),
     cfg("allowed-unsafe-sysctls", StrSlice, "allowedUnsafeSysctls", Implemented),
-    cfg("node-status-max-images", Int, "nodeStatusMaxImages", NotYet),
+    cfg("node-status-max-images", Int, "nodeStatusMaxImages", Implemented),
     cfg("kernel-memcg-notification", Bool, "kernelMemcgNotification", Implemented),
     gone(
         dep(

@@ -50,7 +50,7 @@ pub fn configz(cfg: &KubeletConfig) -> Value {
         "streamingConnectionIdleTimeout": d(cfg.streaming_connection_idle_timeout),
         "maxPods": cfg.max_pods,
         "resolvConf": path(&cfg.resolv_conf),
-        "serializeImagePulls": cfg.serialize_image_pulls,
+        "serializeImagePulls": cfg.image_pulls.serialize,
         "configMapAndSecretChangeDetectionStrategy":
             format!("{:?}", cfg.config_map_and_secret_change_detection_strategy),
         "allowedUnsafeSysctls": cfg.allowed_unsafe_sysctls,

@@ -134,8 +134,8 @@ pub const FIELDS: &[Field] = &[
         r#""30s""#,
         Implemented,
     ),
-    f("registryPullQPS", Int, "5", NotYet),
-    f("registryBurst", Int, "10", NotYet),
+    f("registryPullQPS", Int, "5", Implemented),
+    f("registryBurst", Int, "10", Implemented),
     f("imagePullCredentialsVerificationPolicy", Str, "", NotYet),
     f("preloadedImagesVerificationAllowlist", StrList, "", NotYet),
     f("eventRecordQPS", Int, "50", Implemented),
@@ -153,9 +153,19 @@ pub const FIELDS: &[Field] = &[
         r#""4h0m0s""#,
         Implemented,
     ),
-    f("nodeStatusUpdateFrequency", Duration, r#""10s""#, NotYet),
-    f("nodeStatusReportFrequency", Duration, r#""5m0s""#, NotYet),
-    f("nodeLeaseDurationSeconds", Int, "40", NotYet),
+    f(
+        "nodeStatusUpdateFrequency",
+        Duration,
+        r#""10s""#,
+        Implemented,
+    ),
+    f(
+        "nodeStatusReportFrequency",
+        Duration,
+        r#""5m0s""#,
+        Implemented,
+    ),
+    f("nodeLeaseDurationSeconds", Int, "40", Implemented),
     f("imageMinimumGCAge", Duration, r#""2m0s""#, Implemented),
     f("imageMaximumGCAge", Duration, "", Implemented),
     f("imageGCHighThresholdPercent", Int, "85", Implemented),
@@ -184,7 +194,7 @@ pub const FIELDS: &[Field] = &[
     f("runOnce", Bool, "", NotYet),
     f("cpuCFSQuota", Bool, "true", Implemented),
     f("cpuCFSQuotaPeriod", Duration, r#""100ms""#, Implemented),
-    f("nodeStatusMaxImages", Int, "50", NotYet),
+    f("nodeStatusMaxImages", Int, "50", Implemented),
     f("maxOpenFiles", Int, "1000000", NotYet),
     f(
         "contentType",
@@ -195,7 +205,7 @@ pub const FIELDS: &[Field] = &[
     f("kubeAPIQPS", Int, "50", Implemented),
     f("kubeAPIBurst", Int, "100", Implemented),
     f("serializeImagePulls", Bool, "true", Implemented),
-    f("maxParallelImagePulls", Int, "", NotYet),
+    f("maxParallelImagePulls", Int, "", Implemented),
     // Upstream's DefaultEvictionHard (Linux), applied when the file does not set the map.
     f(
         "evictionHard",
@@ -321,7 +331,7 @@ pub const FIELDS: &[Field] = &[
     f("failCgroupV1", Bool, "false", NotYet),
     f("userNamespaces", Struct, "", NotYet),
     f("userNamespaces.idsPerPod", Int, "", NotYet),
-    f("podHousekeepingPeriod", Duration, r#""2s""#, NotYet),
+    f("podHousekeepingPeriod", Duration, r#""2s""#, Implemented),
 ];
 
 /// The entry for a dotted path.

@@ -18,6 +18,9 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
     if cfg.file_check_frequency.is_zero() {
         errors.push("fileCheckFrequency: must be greater than 0".into());
     }
+    if cfg.pod_housekeeping_period.is_zero() {
+        errors.push("podHousekeepingPeriod: must be greater than 0".into());
+    }
     if let Some(url) = &cfg.static_pod_url {
         validate_pod_url(url, cfg, errors);
     }
@@ -27,6 +30,7 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
     if cfg.max_pods == 0 {
         errors.push("maxPods: must be greater than 0".into());
     }
+    super::node_status::validate(&cfg.node_status, &cfg.image_pulls, errors);
     if !cfg.pod_logs_dir.is_absolute() {
         errors.push(format!(
             "podLogsDir: must be an absolute path, got {:?}",
@@ -146,11 +150,6 @@ pub(super) fn validate_tree(t: &Value, errors: &mut Vec<String>) {
     if let Some(v) = int("oomScoreAdj").filter(|v| !(-1000..=1000).contains(v)) {
         errors.push(format!(
             "oomScoreAdj (--oom-score-adj): {v} must be between -1000 and 1000, inclusive"
-        ));
-    }
-    if let Some(v) = int("nodeLeaseDurationSeconds").filter(|v| *v <= 0) {
-        errors.push(format!(
-            "nodeLeaseDurationSeconds: {v} must be greater than 0"
         ));
     }
     let s = |p: &str| schema::get_path(t, p).and_then(Value::as_str);

@@ -4,8 +4,10 @@
 
 pub mod gc;
 mod gc_manager;
+mod throttle;
 
 pub use gc_manager::{ImageGc, ImageGcHandle};
+pub use throttle::{PullLimiter, PULL_QPS_EXCEEDED};
 
 use std::sync::Arc;
 
@@ -30,12 +32,15 @@ pub fn with_default_tag(image: &str) -> String {
     }
 }
 
-/// Shared by all pod workers: the CRI image service and the serial-pull gate.
+/// Shared by all pod workers: the CRI image service, the pull gate and the pull rate limit.
 #[derive(Clone)]
 pub struct ImageManager {
     cri: CriClient,
-    /// `serializeImagePulls`: one pull at a time when set.
+    /// Upstream's image pullers: `serializeImagePulls` lets one pull run at a time (the serial
+    /// puller), else `maxParallelImagePulls` bounds them (the parallel puller; None: no bound).
     pull_gate: Option<Arc<Semaphore>>,
+    /// `registryPullQPS` / `registryBurst` (upstream `throttledImageService`).
+    limiter: Arc<PullLimiter>,
     recorder: Recorder,
     /// Reads the pod's image pull secrets; `None` in standalone mode (anonymous pulls only).
     client: Option<kube::Client>,
@@ -44,13 +49,14 @@ pub struct ImageManager {
 impl ImageManager {
     pub fn new(
         cri: CriClient,
-        serialize: bool,
+        pulls: &kubelet_config::config::node_status::ImagePullConfig,
         recorder: Recorder,
         client: Option<kube::Client>,
     ) -> Self {
         ImageManager {
             cri,
-            pull_gate: serialize.then(|| Arc::new(Semaphore::new(1))),
+            pull_gate: pull_slots(pulls).map(|n| Arc::new(Semaphore::new(n))),
+            limiter: Arc::new(PullLimiter::new(pulls.qps, pulls.burst)),
             recorder,
             client,
         }
@@ -215,7 +221,14 @@ impl ImageManager {
             format!("Pulling image {raw:?}"),
         );
         let started = std::time::Instant::now();
-        match self.pull(pod, &image).await {
+        // Upstream takes the token when the puller runs the pull (after the gate) and fails
+        // the pull at once without one: ErrImagePull, then the usual back-off.
+        let pulled = if self.limiter.try_accept() {
+            self.pull(pod, &image).await
+        } else {
+            Err(PULL_QPS_EXCEEDED.to_string())
+        };
+        match pulled {
             Ok(image_ref) => {
                 backoff.reset(&key);
                 info!(image = %image, elapsed = ?started.elapsed(), "pulled image");
@@ -245,9 +258,39 @@ impl ImageManager {
     }
 }
 
+/// How many pulls may run at once: 1 when serialized, else `maxParallelImagePulls` (None: no
+/// bound), as upstream's `NewImageManager` picks its puller.
+pub fn pull_slots(p: &kubelet_config::config::node_status::ImagePullConfig) -> Option<usize> {
+    if p.serialize {
+        Some(1)
+    } else {
+        p.max_parallel.map(|n| n.max(1) as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubelet_config::config::node_status::ImagePullConfig;
+
+    #[test]
+    fn puller_choice() {
+        let cases = [
+            (true, None, Some(1)),
+            (true, Some(1), Some(1)),
+            (false, None, None),
+            (false, Some(3), Some(3)),
+            (false, Some(1), Some(1)),
+        ];
+        for (serialize, max_parallel, want) in cases {
+            let p = ImagePullConfig {
+                serialize,
+                max_parallel,
+                ..Default::default()
+            };
+            assert_eq!(pull_slots(&p), want, "{serialize} {max_parallel:?}");
+        }
+    }
 
     #[test]
     fn default_tag() {

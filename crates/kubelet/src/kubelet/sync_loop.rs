@@ -31,13 +31,14 @@ use crate::volumes;
 const SYNC_TICK: Duration = Duration::from_secs(1);
 /// How long the SyncLoop waits for PLEG's first listing before it handles pods.
 const FIRST_RELIST_WAIT: Duration = Duration::from_secs(10);
-const HOUSEKEEPING_TICK: Duration = Duration::from_secs(2);
 /// Grace period for pods only the runtime knows (no spec says otherwise).
 const RUNTIME_POD_GRACE: Duration = Duration::from_secs(2);
 
 /// What the loop routes between; built by `kubelet::run` (or a test).
 pub struct SyncLoop<S: PodSyncer> {
     pub sync_frequency: Duration,
+    /// `podHousekeepingPeriod` (upstream's `housekeepingPeriod`, 2 s).
+    pub housekeeping_period: Duration,
     pub root_dir: PathBuf,
     /// Upstream's pod manager: what the sources want, by UID.
     pub pods: HashMap<String, Arc<Pod>>,
@@ -81,7 +82,8 @@ pub struct Inputs {
 impl<S: PodSyncer> SyncLoop<S> {
     pub async fn run(mut self, mut inputs: Inputs, cancel: CancellationToken) {
         let mut sync_tick = tokio::time::interval(SYNC_TICK);
-        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_TICK);
+        let mut housekeeping =
+            tokio::time::interval(self.housekeeping_period.max(Duration::from_millis(10)));
         sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Admission skips pods whose containers already run (they hold their resources), which

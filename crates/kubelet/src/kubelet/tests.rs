@@ -41,6 +41,14 @@ impl Harness {
     }
 
     async fn start_on(fake: FakeRuntime) -> Harness {
+        Self::start_with(fake, |_| {}).await
+    }
+
+    /// Like [`Harness::start_on`], with `tweak` applied to the config last.
+    async fn start_with(
+        fake: FakeRuntime,
+        tweak: impl FnOnce(&mut crate::config::KubeletConfig),
+    ) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cfg = crate::config::load(&Default::default())
             .expect("default config")
@@ -60,6 +68,7 @@ impl Harness {
         cfg.cgroups.fail_swap_on = false;
         cfg.eviction.hard.clear();
         cfg.cgroups.eviction_hard.clear();
+        tweak(&mut cfg);
         let cri = CriClient::with_backend(
             Arc::new(fake.clone()),
             "fake".into(),
@@ -301,10 +310,8 @@ async fn deletion_runs_pre_stop_then_stops_with_the_grace_period() {
     h.stop().await;
 }
 
-/// A pod the runtime has that no source wants (left from before a restart) is stopped and
-/// removed once the sources are read, without any API object or hook.
-#[tokio::test(start_paused = true)]
-async fn runtime_only_pod_is_killed_and_removed() {
+/// A fake runtime with the busybox image and a running pod no source wants (`orphan`).
+async fn runtime_with_orphan() -> FakeRuntime {
     let fake = FakeRuntime::new(Arc::new(crate::clock::now_unix_nanos));
     fake.add_image("busybox");
     let cri = CriClient::with_backend(
@@ -360,6 +367,14 @@ async fn runtime_only_pod_is_killed_and_removed() {
     cri.start_container(api::StartContainerRequest { container_id: id })
         .await
         .expect("start");
+    fake
+}
+
+/// A pod the runtime has that no source wants (left from before a restart) is stopped and
+/// removed once the sources are read, without any API object or hook.
+#[tokio::test(start_paused = true)]
+async fn runtime_only_pod_is_killed_and_removed() {
+    let fake = runtime_with_orphan().await;
     let h = Harness::start_on(fake).await;
     // The source is read (and wants nothing): housekeeping may now clean up.
     h.want(vec![]).await;
@@ -373,6 +388,37 @@ async fn runtime_only_pod_is_killed_and_removed() {
     assert!(
         h.fake.calls().iter().all(|c| c.op != "exec_sync"),
         "no hooks for a pod without a spec"
+    );
+    h.stop().await;
+}
+
+/// `podHousekeepingPeriod`: runtime pods no source wants are only looked at by housekeeping,
+/// so with a 30 s period the orphan outlives the default 2 s and goes at the next pass.
+#[tokio::test(start_paused = true)]
+async fn housekeeping_runs_every_pod_housekeeping_period() {
+    let fake = runtime_with_orphan().await;
+    let h = Harness::start_with(fake, |cfg| {
+        cfg.pod_housekeeping_period = Duration::from_secs(30);
+    })
+    .await;
+    let start = Instant::now();
+    h.want(vec![]).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(
+        h.calls("stop_container", "leftover").is_empty(),
+        "no housekeeping pass before the period: {:#?}",
+        h.fake.calls()
+    );
+    h.until("orphan removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty() && f.containers().is_empty()
+    })
+    .await;
+    let stopped = h.calls("stop_container", "leftover");
+    assert_eq!(stopped.len(), 1);
+    assert!(
+        start.elapsed() >= Duration::from_secs(28),
+        "{:?}",
+        start.elapsed()
     );
     h.stop().await;
 }

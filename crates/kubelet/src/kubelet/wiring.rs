@@ -438,7 +438,7 @@ impl Wiring<'_> {
             runtime,
             images: ImageManager::new(
                 self.cri.clone(),
-                cfg.serialize_image_pulls,
+                &cfg.image_pulls,
                 api.recorder.clone(),
                 api.client.clone(),
             ),
@@ -710,6 +710,7 @@ impl Wiring<'_> {
                     cri: self.cri.clone(),
                     health: self.health.clone(),
                     eviction: eviction.clone(),
+                    config: cfg.node_status,
                 };
                 self.spawn(
                     tracing::info_span!("node"),
@@ -741,6 +742,7 @@ impl Wiring<'_> {
         );
         let sync_loop = SyncLoop {
             sync_frequency: self.cfg.sync_frequency,
+            housekeeping_period: self.cfg.pod_housekeeping_period,
             root_dir: self.cfg.root_dir.clone(),
             pods: HashMap::new(),
             seen_sources: HashSet::new(),

@@ -1,5 +1,6 @@
 //! The node Lease heartbeat (upstream `pkg/kubelet/nodelease` / `component-helpers` lease
-//! controller): `kube-node-lease/<node>`, 40 s duration, renewed every 10 s, owned by the Node so it
+//! controller): `kube-node-lease/<node>`, `nodeLeaseDurationSeconds` (40 s) long, renewed every
+//! quarter of that (upstream `nodeLeaseRenewIntervalFraction`), owned by the Node so it
 //! is garbage-collected with it. A failed renewal is retried with backoff and logged, never fatal;
 //! while the API server is unreachable a probe each second notices its return, so the Lease is
 //! renewed at the first chance (a node whose Lease lapses is marked NotReady by the node
@@ -17,12 +18,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::NodeStatusConfig;
 use crate::backoff::Exponential;
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
-pub const LEASE_DURATION_SECONDS: i32 = 40;
-/// Upstream renews at a quarter of the duration.
-pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
 /// Retrying a failed renewal: 200 ms doubling to 4 s with up to 50 % jitter (upstream's lease
 /// controller caps at 7 s; [`crate::backoff::API`]'s cap is used instead so every API loop
 /// recovers alike), from the start again after a success.
@@ -42,17 +41,24 @@ pub struct LeaseKeeper {
     api: Api<Lease>,
     node: String,
     node_uid: String,
+    /// `nodeLeaseDurationSeconds`.
+    duration_seconds: i32,
+    /// A quarter of it ([`NodeStatusConfig::lease_renew_interval`]).
+    renew_interval: Duration,
     /// What the API server returned for our last write, so a renewal is a single update.
     latest: Option<Lease>,
 }
 
 impl LeaseKeeper {
-    pub fn new(client: Client, node: String, node_uid: String) -> Self {
+    pub fn new(client: Client, node: String, node_uid: String, cfg: &NodeStatusConfig) -> Self {
         LeaseKeeper {
             api: Api::namespaced(client.clone(), LEASE_NAMESPACE),
             client,
             node,
             node_uid,
+            duration_seconds: cfg.lease_duration_seconds,
+            // Validation keeps the duration positive; the floor only guards a busy loop.
+            renew_interval: cfg.lease_renew_interval().max(Duration::from_millis(100)),
             latest: None,
         }
     }
@@ -60,7 +66,7 @@ impl LeaseKeeper {
     fn desired_spec(&self) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.node.clone()),
-            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            lease_duration_seconds: Some(self.duration_seconds),
             renew_time: Some(now_micro()),
             ..Default::default()
         }
@@ -126,7 +132,7 @@ impl LeaseKeeper {
         Ok(())
     }
 
-    /// Renews every [`RENEW_INTERVAL`]; `recovered` is notified by the first renewal after a
+    /// Renews every quarter of the Lease duration; `recovered` is notified by the first renewal after a
     /// failure (the API server is back, and may hold a node status the controller changed).
     pub async fn run(mut self, recovered: Arc<Notify>, cancel: CancellationToken) {
         let mut retry = RETRY.retry();
@@ -140,7 +146,7 @@ impl LeaseKeeper {
                         info!(node = %self.node, "lease renewed again after failures");
                         recovered.notify_one();
                     }
-                    if !crate::backoff::sleep(RENEW_INTERVAL, &cancel).await {
+                    if !crate::backoff::sleep(self.renew_interval, &cancel).await {
                         return;
                     }
                 }

@@ -3,6 +3,7 @@
 //! on change or every `nodeStatusReportFrequency`), and the Lease heartbeat. Runs beside the
 //! SyncLoop and never blocks it: static pods keep running while the API server is away.
 
+pub mod images;
 pub mod lease;
 pub mod machine;
 pub mod status;
@@ -20,9 +21,10 @@ use tracing::{info, warn};
 use machine::MachineInfo;
 use status::NodeSettings;
 
-/// Upstream defaults.
-pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
-pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+pub use kubelet_config::config::node_status::NodeStatusConfig;
+
+/// Upstream's jitter factor on `nodeStatusUpdateFrequency`.
+const STATUS_UPDATE_JITTER: f64 = 0.04;
 /// Registration retries: 100 ms doubling to 4 s, jittered (upstream `registerWithAPIServer`
 /// caps at 7 s; [`crate::backoff::API`]'s cap is used so every API loop recovers alike).
 const REGISTER_BACKOFF: crate::backoff::Exponential =
@@ -44,6 +46,8 @@ pub struct NodeAgent {
     pub recorder: crate::events::Recorder,
     /// Node pressure from the eviction manager, for the pressure conditions.
     pub eviction: crate::eviction::EvictionHandle,
+    /// The status and Lease cadence and `nodeStatusMaxImages`.
+    pub config: NodeStatusConfig,
 }
 
 impl NodeAgent {
@@ -53,8 +57,12 @@ impl NodeAgent {
             return;
         };
         let uid = node.metadata.uid.clone().unwrap_or_default();
-        let lease =
-            lease::LeaseKeeper::new(self.heartbeat.clone(), self.settings.name.clone(), uid);
+        let lease = lease::LeaseKeeper::new(
+            self.heartbeat.clone(),
+            self.settings.name.clone(),
+            uid,
+            &self.config,
+        );
         let recovered = Arc::new(tokio::sync::Notify::new());
         tokio::join!(
             lease.run(recovered.clone(), cancel.clone()),
@@ -142,6 +150,23 @@ impl NodeAgent {
         }
     }
 
+    /// Upstream `nodestatus.Images`: on a listing error the list is left empty (and logged),
+    /// as upstream does. Listed at every status computation: upstream reads a copy its image
+    /// manager refreshes every 30 s, so this is the same list, never staler.
+    async fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
+        match self
+            .cri
+            .list_images(api::ListImagesRequest { filter: None })
+            .await
+        {
+            Ok(r) => images::node_images(&r.images, self.config.max_images),
+            Err(e) => {
+                warn!(error = %e, "error getting image list for the node status");
+                None
+            }
+        }
+    }
+
     /// All Normal, NodeNotReady included, as upstream's setters record them.
     fn record_condition_events(&self, last: Option<&NodeStatus>, st: &NodeStatus) {
         for reason in status::condition_events(last, st) {
@@ -164,16 +189,20 @@ impl NodeAgent {
     ) {
         let nodes: Api<Node> = Api::all(self.heartbeat.clone());
         let mut last_report: Option<Instant> = None;
-        let mut tick = tokio::time::interval(NODE_STATUS_UPDATE_FREQUENCY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Validation keeps it above zero; the floor only guards against a busy loop.
+        let every = self.config.update_frequency.max(Duration::from_millis(10));
+        let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = recovered.notified() => last_report = None,
             }
+            // Upstream `wait.JitterUntil(syncNodeStatus, nodeStatusUpdateFrequency, 0.04, true)`:
+            // the next computation a jittered period after this one ends.
+            wait = every + every.mul_f64(STATUS_UPDATE_JITTER * fastrand::f64());
             let health = self.health().await;
-            let st = status::node_status(
+            let mut st = status::node_status(
                 &self.settings,
                 &self.machine,
                 &self.runtime_version,
@@ -181,11 +210,16 @@ impl NodeAgent {
                 crate::status::compute::now(),
                 last.as_ref(),
             );
-            let due = last_report.is_none_or(|t| t.elapsed() >= NODE_STATUS_REPORT_FREQUENCY);
+            st.images = self.images().await;
+            let due = last_report.is_none_or(|t| t.elapsed() >= self.config.report_frequency);
             if !due && last.as_ref().is_some_and(|l| !status::changed(l, &st)) {
                 continue;
             }
-            let patch = serde_json::json!({ "status": st });
+            let mut patch = serde_json::json!({ "status": st });
+            if st.images.is_none() {
+                // An emptied list must clear the field, not leave the last one in place.
+                patch["status"]["images"] = serde_json::Value::Null;
+            }
             match nodes
                 .patch_status(
                     &self.settings.name,
