@@ -14,6 +14,8 @@ use rkubelet_cri::api;
 use serde::Deserialize;
 use tracing::warn;
 
+pub mod plugin;
+
 /// Secret types and keys (upstream `v1.SecretTypeDockerConfigJson` etc.).
 pub const TYPE_DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 pub const KEY_DOCKER_CONFIG_JSON: &str = ".dockerconfigjson";

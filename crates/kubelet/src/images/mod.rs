@@ -37,8 +37,10 @@ pub struct ImageManager {
     /// `serializeImagePulls`: one pull at a time when set.
     pull_gate: Option<Arc<Semaphore>>,
     recorder: Recorder,
-    /// Reads the pod's image pull secrets; `None` in standalone mode (anonymous pulls only).
+    /// Reads the pod's image pull secrets; `None` in standalone mode (no pull secrets).
     client: Option<kube::Client>,
+    /// `--image-credential-provider-config` plugins: the node's default keyring.
+    providers: credentials::plugin::Providers,
 }
 
 impl ImageManager {
@@ -53,20 +55,31 @@ impl ImageManager {
             pull_gate: serialize.then(|| Arc::new(Semaphore::new(1))),
             recorder,
             client,
+            providers: Default::default(),
         }
     }
 
-    /// Upstream `kubeGenericRuntimeManager.PullImage`: anonymous when no pull secret has
-    /// credentials for the image's repository, else each matching credential in turn (most
-    /// specific first) until one works, with no anonymous attempt after them; the errors of
-    /// all attempts are reported together (upstream's aggregate: `[e1, e2]` for several).
+    /// Image credential provider plugins, asked after the pod's pull secrets (upstream
+    /// `MakeDockerKeyring(pullSecrets, defaultKeyring)`).
+    pub fn with_credential_providers(mut self, p: credentials::plugin::Providers) -> Self {
+        self.providers = p;
+        self
+    }
+
+    /// Upstream `kubeGenericRuntimeManager.PullImage`: anonymous when neither a pull secret nor
+    /// a credential provider plugin has credentials for the image's repository, else each
+    /// matching credential in turn (the pull secrets' first, most specific first, then the
+    /// plugins') until one works, with no anonymous attempt after them; the errors of all
+    /// attempts are reported together (upstream's aggregate: `[e1, e2]` for several).
     async fn pull(&self, pod: &Pod, image: &str) -> Result<String, String> {
         let secrets = match &self.client {
             Some(c) => credentials::pod_pull_secrets(c, pod).await,
             None => Vec::new(),
         };
         let keyring = credentials::Keyring::from_secrets(&secrets).map_err(|e| e.to_string())?;
-        let creds = keyring.lookup(&credentials::repository(image));
+        let repo = credentials::repository(image);
+        let mut creds = keyring.lookup(&repo);
+        creds.extend(self.providers.lookup(&repo).await);
         let request = |auth: Option<api::AuthConfig>| api::PullImageRequest {
             image: Some(api::ImageSpec {
                 image: image.to_string(),
