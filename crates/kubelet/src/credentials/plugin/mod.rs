@@ -5,8 +5,8 @@
 //! `CredentialProviderResponse` from stdout: registry-glob keyed credentials, cached by image,
 //! registry or globally for `cacheDuration` (else the provider's `defaultCacheDuration`).
 //!
-//! Why no crate: none on crates.io implements the kubelet side of this protocol (the ones that
-//! exist are plugins, the other side); the protocol is three small JSON types and one exec.
+//! Why no crate: none we could find implements the kubelet side of this protocol (what exists
+//! is Go, and plugins, the other side); the protocol is three small JSON types and one exec.
 //!
 //! A plugin that fails (exit status, timeout after a minute, bad output) yields no credentials for
 //! that pull, logged with the plugin and image, as upstream: the pull goes on with the other
@@ -250,9 +250,10 @@ impl Plugin {
     }
 }
 
-/// The plugins of `--image-credential-provider-config`, in name order (upstream sorts the
-/// registered providers by name): part of the node's default keyring, which the pod's pull
-/// secrets come before (upstream `UnionDockerKeyring{secrets, default}`).
+/// The plugins of `--image-credential-provider-config`, in the config's order (upstream: "if
+/// providers return overlapping auth keys, the value from the provider earlier in this list is
+/// attempted first"): the node's default keyring, which the pod's pull secrets come before
+/// (upstream `UnionDockerKeyring{secrets, default}`).
 #[derive(Clone, Default)]
 pub struct Providers {
     plugins: Vec<Arc<Plugin>>,
@@ -270,8 +271,7 @@ impl Providers {
         ))
     }
 
-    pub fn from_plugins(mut plugins: Vec<Plugin>) -> Providers {
-        plugins.sort_by(|a, b| a.cfg.name.cmp(&b.cfg.name));
+    pub fn from_plugins(plugins: Vec<Plugin>) -> Providers {
         Providers {
             plugins: plugins.into_iter().map(Arc::new).collect(),
         }

@@ -446,6 +446,6 @@ async fn failures_name_plugin_and_image_and_are_not_cached() {
         Plugin::new(dir.path(), provider("works", &["r.io"], Duration::ZERO)),
         Plugin::new(dir.path(), provider("fails", &["r.io"], Duration::ZERO)),
     ]);
-    assert_eq!(both.names(), ["fails", "works"]);
+    assert_eq!(both.names(), ["works", "fails"], "the config's order");
     assert_eq!(both.lookup("r.io/app").await, vec![cred("w", "x")]);
 }
