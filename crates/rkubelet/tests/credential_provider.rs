@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use common::*;
 use serde_json::Value;
 
@@ -83,7 +84,12 @@ fn wait_running(cp: &ControlPlane, env: &Env, name: &str) {
 #[tokio::test]
 async fn credential_provider_plugins_against_an_auth_registry() {
     let reg = Registry::up_with_auth("credp", USER, PASSWORD);
-    for repo in ["priv/busybox:1", "short/busybox:1", "unmatched/busybox:1"] {
+    for repo in [
+        "priv/busybox:1",
+        "short/busybox:1",
+        "unmatched/busybox:1",
+        "nodecfg/busybox:1",
+    ] {
         reg.push(repo);
     }
     let port = reg.addr.rsplit(':').next().unwrap().to_string();
@@ -136,6 +142,18 @@ providers:
         ),
         format!("--image-credential-provider-bin-dir={}", bin.display()),
     ];
+    // The node's docker config file (upstream reads `<root-dir>/config.json` first), with a
+    // credential for one repository path only.
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    std::fs::create_dir_all(&env.root).unwrap();
+    std::fs::write(
+        env.root.join("config.json"),
+        format!(
+            r#"{{"auths": {{"{}/nodecfg": {{"auth": "{auth}"}}}}}}"#,
+            reg.addr
+        ),
+    )
+    .unwrap();
     env.join(&cp, &[flags[0].as_str(), flags[1].as_str()]);
 
     // The registry really wants credentials.
@@ -246,6 +264,15 @@ providers:
     }
     assert_eq!(calls(&calls_dir, "reg-login").len(), 1);
     assert_eq!(calls(&calls_dir, "short-login").len(), 2);
+
+    // 5. The node's keyring also holds the docker config file: a repository it names pulls
+    //    with its credential, no plugin involved.
+    let nodecfg = reg.image("nodecfg/busybox:1");
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&pod("node-config", &env.node, &nodecfg, "")),
+    );
+    wait_running(&cp, &env, "node-config");
     assert!(
         reg.log()
             .lines()

@@ -39,8 +39,9 @@ pub struct ImageManager {
     recorder: Recorder,
     /// Reads the pod's image pull secrets; `None` in standalone mode (no pull secrets).
     client: Option<kube::Client>,
-    /// `--image-credential-provider-config` plugins: the node's default keyring.
-    providers: credentials::plugin::Providers,
+    /// The node's default keyring: its docker config file and the
+    /// `--image-credential-provider-config` plugins. Empty until [`Self::with_node_keyring`].
+    node_keyring: credentials::node_keyring::NodeKeyring,
 }
 
 impl ImageManager {
@@ -55,21 +56,21 @@ impl ImageManager {
             pull_gate: serialize.then(|| Arc::new(Semaphore::new(1))),
             recorder,
             client,
-            providers: Default::default(),
+            node_keyring: Default::default(),
         }
     }
 
-    /// Image credential provider plugins, asked after the pod's pull secrets (upstream
+    /// The node's default keyring, asked after the pod's pull secrets (upstream
     /// `MakeDockerKeyring(pullSecrets, defaultKeyring)`).
-    pub fn with_credential_providers(mut self, p: credentials::plugin::Providers) -> Self {
-        self.providers = p;
+    pub fn with_node_keyring(mut self, k: credentials::node_keyring::NodeKeyring) -> Self {
+        self.node_keyring = k;
         self
     }
 
     /// Upstream `kubeGenericRuntimeManager.PullImage`: anonymous when neither a pull secret nor
-    /// a credential provider plugin has credentials for the image's repository, else each
-    /// matching credential in turn (the pull secrets' first, most specific first, then the
-    /// plugins') until one works, with no anonymous attempt after them; the errors of all
+    /// the node's keyring (docker config file, credential provider plugins) has credentials for
+    /// the image's repository, else each matching credential in turn (the pull secrets' first,
+    /// most specific first, then the node's) until one works, with no anonymous attempt after them; the errors of all
     /// attempts are reported together (upstream's aggregate: `[e1, e2]` for several).
     async fn pull(&self, pod: &Pod, image: &str) -> Result<String, String> {
         let secrets = match &self.client {
@@ -79,7 +80,7 @@ impl ImageManager {
         let keyring = credentials::Keyring::from_secrets(&secrets).map_err(|e| e.to_string())?;
         let repo = credentials::repository(image);
         let mut creds = keyring.lookup(&repo);
-        creds.extend(self.providers.lookup(&repo).await);
+        creds.extend(self.node_keyring.lookup(&repo).await);
         let request = |auth: Option<api::AuthConfig>| api::PullImageRequest {
             image: Some(api::ImageSpec {
                 image: image.to_string(),

@@ -465,7 +465,10 @@ impl Wiring<'_> {
                 api.recorder.clone(),
                 api.client.clone(),
             )
-            .with_credential_providers(self.credential_providers.clone()),
+            .with_node_keyring(crate::credentials::node_keyring::NodeKeyring::new(
+                &cfg.root_dir,
+                self.credential_providers.clone(),
+            )),
             recorder: api.recorder.clone(),
             status: api.status.clone(),
             root_dir: cfg.root_dir.clone(),

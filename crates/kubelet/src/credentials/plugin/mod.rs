@@ -281,14 +281,22 @@ impl Providers {
         self.plugins.iter().map(|p| p.name()).collect()
     }
 
-    /// Upstream `providersDockerKeyring.Lookup`: every plugin's answer for `repo` (the image's
-    /// normalized repository) in one keyring, then that keyring's lookup of `repo`.
+    /// Every plugin's entries for `repo` (the image's normalized repository), in config order.
+    pub async fn provide(&self, repo: &str) -> Auth {
+        let mut out = Vec::new();
+        for p in &self.plugins {
+            out.extend(p.provide(repo).await);
+        }
+        out
+    }
+
+    /// Upstream `providersDockerKeyring.Lookup` over the plugins alone: their entries in one
+    /// keyring, then that keyring's lookup of `repo` ([`super::node_keyring::NodeKeyring`] adds
+    /// the node's docker config file).
     pub async fn lookup(&self, repo: &str) -> Vec<Credential> {
         let mut keyring = Keyring::default();
-        for p in &self.plugins {
-            for (key, cred) in p.provide(repo).await {
-                keyring.add(&key, cred);
-            }
+        for (key, cred) in self.provide(repo).await {
+            keyring.add(&key, cred);
         }
         keyring.lookup(repo)
     }
