@@ -449,3 +449,29 @@ async fn failures_name_plugin_and_image_and_are_not_cached() {
     assert_eq!(both.names(), ["works", "fails"], "the config's order");
     assert_eq!(both.lookup("r.io/app").await, vec![cred("w", "x")]);
 }
+
+/// Concurrent pulls of one image exec the plugin once (upstream's singleflight), the others
+/// taking its cached answer.
+#[tokio::test]
+async fn concurrent_pulls_of_one_image_exec_once() {
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        dir.path(),
+        "slow-ok",
+        &format!(
+            r#"sleep 0.3
+echo '{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"Image","auth":{{"r.io":{{"username":"s","password":"o"}}}}}}'"#
+        ),
+    );
+    let p = Plugin::new(
+        dir.path(),
+        provider("slow-ok", &["r.io"], Duration::from_secs(60)),
+    );
+    let (a, b, c) = tokio::join!(
+        p.provide("r.io/app"),
+        p.provide("r.io/app"),
+        p.provide("r.io/app")
+    );
+    assert_eq!((a.len(), b.len(), c.len()), (1, 1, 1));
+    assert_eq!(calls(dir.path()).len(), 1);
+}
