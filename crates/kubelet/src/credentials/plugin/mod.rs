@@ -170,10 +170,22 @@ impl Plugin {
             .entry(image.to_string())
             .or_default()
             .clone();
-        let _one = flight.lock().await;
-        if let Some(a) = self.cached(image) {
-            return a;
+        let one = flight.lock().await;
+        let auth = match self.cached(image) {
+            Some(a) => a,
+            None => self.exec_and_cache(image).await,
+        };
+        drop(one);
+        // The last one out removes the image's entry, so the map holds only pulls in flight.
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&flight) <= 2 {
+            flights.remove(image);
         }
+        auth
+    }
+
+    /// One exec and, by the response's cache settings, its answer cached.
+    async fn exec_and_cache(&self, image: &str) -> Auth {
         let started = Instant::now();
         let res = self.exec(image).await;
         let m = crate::metrics::get();

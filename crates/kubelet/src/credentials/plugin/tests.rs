@@ -474,4 +474,8 @@ echo '{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"
     );
     assert_eq!((a.len(), b.len(), c.len()), (1, 1, 1));
     assert_eq!(calls(dir.path()).len(), 1);
+    assert!(
+        p.flights.lock().unwrap().is_empty(),
+        "no pull in flight is remembered"
+    );
 }
