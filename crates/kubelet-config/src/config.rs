@@ -122,6 +122,11 @@ pub struct KubeletConfig {
     /// a remote runtime upstream uses it for nothing else). Empty: the cgroup of the process
     /// serving the CRI socket.
     pub runtime_cgroups: String,
+    /// `--image-credential-provider-config` (a file or a directory of them) and
+    /// `--image-credential-provider-bin-dir`: image credential provider plugins, enabled when
+    /// either is set (upstream then requires both, and checks them at start).
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// `--node-labels`.
     pub node_labels: BTreeMap<String, String>,
     /// `registerWithTaints` / `--register-with-taints`.
@@ -293,6 +298,8 @@ impl Default for KubeletConfig {
             register_node: true,
             node_ip: None,
             runtime_cgroups: String::new(),
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: None,
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
             kube_api_qps: 50,

@@ -237,8 +237,8 @@ pub const FLAGS: &[Spec] = &[
     gone(dep(flag("cni-bin-dir", Str, Ignored), DOCKERSHIM), "1.24"),
     gone(dep(flag("cni-cache-dir", Str, Ignored), DOCKERSHIM), "1.24"),
     gone(dep(flag("network-plugin-mtu", Int, Ignored), DOCKERSHIM), "1.24"),
-    flag("image-credential-provider-config", Str, NotYet),
-    flag("image-credential-provider-bin-dir", Str, NotYet),
+    flag("image-credential-provider-config", Str, Implemented),
+    flag("image-credential-provider-bin-dir", Str, Implemented),
     // KubeletConfiguration flags.
     cfg("enable-server", Bool, "enableServer", NotYet),
     cfg("fail-swap-on", Bool, "failSwapOn", Implemented),

@@ -14,6 +14,9 @@ use rkubelet_cri::api;
 use serde::Deserialize;
 use tracing::warn;
 
+pub mod node_keyring;
+pub mod plugin;
+
 /// Secret types and keys (upstream `v1.SecretTypeDockerConfigJson` etc.).
 pub const TYPE_DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 pub const KEY_DOCKER_CONFIG_JSON: &str = ".dockerconfigjson";
@@ -29,6 +32,11 @@ pub enum CredentialError {
     Json {
         secret: String,
         key: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("{path}: not a valid docker config: {source}")]
+    File {
+        path: String,
         source: serde_json::Error,
     },
     #[error("secret {secret:?}: registry {registry:?}: unable to parse auth field, must be formatted as base64(username:password)")]
@@ -155,6 +163,28 @@ pub fn secret_entries(s: &Secret) -> Result<Vec<(String, Credential)>, Credentia
         },
         _ => Ok(Vec::new()),
     }
+}
+
+/// A docker config file's entries (upstream `readDockerConfigJSONFileFromBytes` for
+/// `config.json`, `{"auths": {...}}`, and `readDockerConfigFileFromBytes` for the legacy
+/// `.dockercfg`, a bare map); `name` says which file in errors.
+pub fn docker_config_entries(
+    name: &str,
+    bytes: &[u8],
+    config_json: bool,
+) -> Result<Vec<(String, Credential)>, CredentialError> {
+    let json_err = |source| CredentialError::File {
+        path: name.to_string(),
+        source,
+    };
+    let raw = if config_json {
+        serde_json::from_slice::<ConfigJson>(bytes)
+            .map_err(json_err)?
+            .auths
+    } else {
+        serde_json::from_slice::<BTreeMap<String, RawEntry>>(bytes).map_err(json_err)?
+    };
+    entries(name, raw)
 }
 
 /// A host (`host[:port]`) and path, as upstream's `ParseSchemelessURL` splits a key or image.

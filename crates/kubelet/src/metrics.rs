@@ -41,6 +41,9 @@ pub struct Metrics {
     pub prober_probe_total: IntCounterVec,
     pub prober_probe_duration: HistogramVec,
     pub evictions: IntCounterVec,
+    /// Upstream `pkg/credentialprovider/plugin/metrics.go`.
+    pub credential_provider_plugin_errors: IntCounterVec,
+    pub credential_provider_plugin_duration: HistogramVec,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -166,6 +169,17 @@ impl Metrics {
                 "Cumulative number of pod evictions by eviction signal",
                 &["eviction_signal"],
             ),
+            credential_provider_plugin_errors: counter_vec(
+                "kubelet_credential_provider_plugin_errors",
+                "Number of errors from credential provider plugin",
+                &["plugin_name"],
+            ),
+            credential_provider_plugin_duration: histogram_vec(
+                "kubelet_credential_provider_plugin_duration",
+                "Duration of execution in seconds for credential provider plugin",
+                prometheus::DEFAULT_BUCKETS.to_vec(),
+                &["plugin_name"],
+            ),
             prober_probe_duration: histogram_vec(
                 "prober_probe_duration_seconds",
                 "Duration in seconds for a probe response.",
@@ -189,6 +203,8 @@ impl Metrics {
             Box::new(m.started_containers.clone()),
             Box::new(m.started_containers_errors.clone()),
             Box::new(m.evictions.clone()),
+            Box::new(m.credential_provider_plugin_errors.clone()),
+            Box::new(m.credential_provider_plugin_duration.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("unique metric names");

@@ -158,6 +158,12 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
                 .map_err(|_| anyhow::anyhow!("--{name}: {v:?} is not an integer"))?;
         }
     }
+    if let Some(p) = parsed.last("image-credential-provider-config") {
+        cfg.image_credential_provider_config = Some(PathBuf::from(p));
+    }
+    if let Some(p) = parsed.last("image-credential-provider-bin-dir") {
+        cfg.image_credential_provider_bin_dir = Some(PathBuf::from(p));
+    }
     if let Some(c) = parsed.last("runtime-cgroups") {
         cfg.runtime_cgroups = c.to_string();
     }

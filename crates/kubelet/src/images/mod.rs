@@ -42,8 +42,11 @@ pub struct ImageManager {
     /// `registryPullQPS` / `registryBurst` (upstream `throttledImageService`).
     limiter: Arc<PullLimiter>,
     recorder: Recorder,
-    /// Reads the pod's image pull secrets; `None` in standalone mode (anonymous pulls only).
+    /// Reads the pod's image pull secrets; `None` in standalone mode (no pull secrets).
     client: Option<kube::Client>,
+    /// The node's default keyring: its docker config file and the
+    /// `--image-credential-provider-config` plugins. Empty until [`Self::with_node_keyring`].
+    node_keyring: credentials::node_keyring::NodeKeyring,
 }
 
 impl ImageManager {
@@ -59,20 +62,31 @@ impl ImageManager {
             limiter: Arc::new(PullLimiter::new(pulls.qps, pulls.burst)),
             recorder,
             client,
+            node_keyring: Default::default(),
         }
     }
 
-    /// Upstream `kubeGenericRuntimeManager.PullImage`: anonymous when no pull secret has
-    /// credentials for the image's repository, else each matching credential in turn (most
-    /// specific first) until one works, with no anonymous attempt after them; the errors of
-    /// all attempts are reported together (upstream's aggregate: `[e1, e2]` for several).
+    /// The node's default keyring, asked after the pod's pull secrets (upstream
+    /// `MakeDockerKeyring(pullSecrets, defaultKeyring)`).
+    pub fn with_node_keyring(mut self, k: credentials::node_keyring::NodeKeyring) -> Self {
+        self.node_keyring = k;
+        self
+    }
+
+    /// Upstream `kubeGenericRuntimeManager.PullImage`: anonymous when neither a pull secret nor
+    /// the node's keyring (docker config file, credential provider plugins) has credentials for
+    /// the image's repository, else each matching credential in turn (the pull secrets' first,
+    /// most specific first, then the node's) until one works, with no anonymous attempt after them; the errors of all
+    /// attempts are reported together (upstream's aggregate: `[e1, e2]` for several).
     async fn pull(&self, pod: &Pod, image: &str) -> Result<String, String> {
         let secrets = match &self.client {
             Some(c) => credentials::pod_pull_secrets(c, pod).await,
             None => Vec::new(),
         };
         let keyring = credentials::Keyring::from_secrets(&secrets).map_err(|e| e.to_string())?;
-        let creds = keyring.lookup(&credentials::repository(image));
+        let repo = credentials::repository(image);
+        let mut creds = keyring.lookup(&repo);
+        creds.extend(self.node_keyring.lookup(&repo).await);
         let request = |auth: Option<api::AuthConfig>| api::PullImageRequest {
             image: Some(api::ImageSpec {
                 image: image.to_string(),

@@ -45,6 +45,8 @@ pub enum KubeletError {
     Cgroups(#[from] cgroups::Error),
     #[error("eviction thresholds: {0}")]
     Eviction(String),
+    #[error("Failed to register CRI auth plugins: {0}")]
+    CredentialProviders(#[from] crate::credentials::plugin::ConfigError),
     #[error("creating {path}: {source}")]
     Dir {
         path: std::path::PathBuf,
@@ -201,6 +203,7 @@ pub async fn run_with(
     } = deps;
     // Upstream refuses to start with swap on before anything else (`NewContainerManager`).
     crate::cm::check_swap(&cfg.cgroups)?;
+    let credential_providers = wiring::credential_providers(&cfg)?;
     wiring::ensure_dirs(&cfg)?;
     crate::metrics::get()
         .node_name
@@ -212,6 +215,7 @@ pub async fn run_with(
         health: Arc::new(Health::default()),
         tasks: JoinSet::new(),
         cancel: &cancel,
+        credential_providers,
     };
     let client = match &cfg.kubeconfig {
         Some(path) => match api_client(&cfg, path, &mut w.tasks, &cancel).await? {

@@ -11,7 +11,7 @@ use rkubelet_cri::{api, CriClient};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{warn, Instrument};
+use tracing::{info, warn, Instrument};
 
 use super::sync_loop::{self, SyncLoop};
 use super::{cert_dir, KubeletError};
@@ -62,6 +62,29 @@ pub(super) struct Wiring<'a> {
     pub health: Arc<Health>,
     pub tasks: JoinSet<()>,
     pub cancel: &'a CancellationToken,
+    /// Image credential provider plugins, loaded and checked before anything starts.
+    pub credential_providers: crate::credentials::plugin::Providers,
+}
+
+/// Upstream `RegisterCredentialProviderPlugins`, called when either flag is set (an unset one
+/// then fails as upstream's empty path does). None set: no plugins.
+pub(super) fn credential_providers(
+    cfg: &KubeletConfig,
+) -> Result<crate::credentials::plugin::Providers, KubeletError> {
+    let (config, bin_dir) = (
+        &cfg.image_credential_provider_config,
+        &cfg.image_credential_provider_bin_dir,
+    );
+    if config.is_none() && bin_dir.is_none() {
+        return Ok(Default::default());
+    }
+    let empty = std::path::PathBuf::new();
+    let p = crate::credentials::plugin::Providers::load(
+        config.as_ref().unwrap_or(&empty),
+        bin_dir.as_ref().unwrap_or(&empty),
+    )?;
+    info!(plugins = ?p.names(), "registered image credential provider plugins");
+    Ok(p)
 }
 
 /// The API side: the client (None standalone), events and the status manager.
@@ -441,7 +464,11 @@ impl Wiring<'_> {
                 &cfg.image_pulls,
                 api.recorder.clone(),
                 api.client.clone(),
-            ),
+            )
+            .with_node_keyring(crate::credentials::node_keyring::NodeKeyring::new(
+                &cfg.root_dir,
+                self.credential_providers.clone(),
+            )),
             recorder: api.recorder.clone(),
             status: api.status.clone(),
             root_dir: cfg.root_dir.clone(),
