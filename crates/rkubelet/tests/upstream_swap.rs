@@ -97,15 +97,42 @@ impl Drop for Upstream {
     }
 }
 
+/// The sysctls upstream's `setupKernelTunables` sets on the host (kernel.panic=10,
+/// panic_on_oops=1, vm.overcommit_memory=1, ...); rkubelet does not touch them. Saved before the
+/// upstream kubelet starts and restored by [`HostCleanup`], as the shared host had them.
+const TUNABLES: [&str; 6] = [
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+
+fn read_tunables() -> Vec<(String, String)> {
+    TUNABLES
+        .iter()
+        .filter_map(|k| {
+            let v = std::fs::read_to_string(Path::new("/proc/sys").join(k)).ok()?;
+            Some((k.to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
 /// Both kubelets log under /var/log/pods and link from /var/log/containers (the same command
-/// line means upstream's defaults); this removes what this test's pods left there, and unmounts
+/// line means upstream's defaults); this removes what this test's pods left there, restores the
+/// host's kernel tunables, and unmounts
 /// whatever is still mounted under the Env's dir (tmpfs of secret volumes) before the Env drops.
 struct HostCleanup {
     dir: PathBuf,
+    tunables: Vec<(String, String)>,
 }
 
 impl Drop for HostCleanup {
     fn drop(&mut self) {
+        for (k, v) in &self.tunables {
+            let _ = std::fs::write(Path::new("/proc/sys").join(k), v);
+        }
         let is_ours = |name: &str| name.starts_with("default_swap-");
         if let Ok(rd) = std::fs::read_dir("/var/log/containers") {
             for e in rd.flatten() {
@@ -353,6 +380,7 @@ async fn swap_from_upstream_keeps_every_container() {
     let env = Env::new(INDEX);
     let _cleanup = HostCleanup {
         dir: env.dir.clone(),
+        tunables: read_tunables(),
     };
     let node = env.node.clone();
     let static_name = format!("swap-static-{node}");
@@ -365,6 +393,7 @@ async fn swap_from_upstream_keeps_every_container() {
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          staticPodPath: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
          fileCheckFrequency: 5s\nsyncFrequency: 10s\ncgroupDriver: cgroupfs\n\
+         makeIPTablesUtilChains: false\n\
          authentication: {{x509: {{clientCAFile: {}}}}}\n\
          evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}}\n\
          imageGCHighThresholdPercent: 100\n",
