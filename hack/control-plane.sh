@@ -4,6 +4,9 @@
 # Node,RBAC authorization and NodeRestriction, as production runs it.
 #
 #   hack/control-plane.sh build            build kube-apiserver once, cached under $RK_CACHE
+#   hack/control-plane.sh kubelet-bin      the upstream kubelet of the same source (built and cached
+#                                          as build does); prints its path. For the swap test
+#                                          (upstream kubelet -> rkubelet on the same node).
 #   hack/control-plane.sh up DIR           start etcd + apiserver under DIR; prints KEY=VALUE lines
 #   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
 #   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
@@ -51,8 +54,12 @@ controller_manager_bin() {
     echo "$RK_CACHE/kubernetes-$(source_version)/kube-controller-manager"
 }
 
-# Builds whichever of kube-apiserver and kube-controller-manager is not cached yet (one make for
-# both, so a fresh machine extracts the source once); prints the apiserver's path.
+kubelet_bin() {
+    echo "$RK_CACHE/kubernetes-$(source_version)/kubelet"
+}
+
+# Builds whichever of kube-apiserver, kube-controller-manager and kubelet is not cached yet (one
+# make for all, so a fresh machine extracts the source once); prints the apiserver's path.
 cmd_build() {
     need_root
     ensure_packages
@@ -63,7 +70,7 @@ cmd_build() {
     mkdir -p "$RK_CACHE"
     exec 9>"$RK_CACHE/kube-apiserver.lock"
     flock 9 # one build at a time; the second caller then finds the binaries
-    for cmd in kube-apiserver kube-controller-manager; do
+    for cmd in kube-apiserver kube-controller-manager kubelet; do
         [[ -x "$dir/$cmd" ]] || missing+=("$cmd")
     done
     if ((${#missing[@]} == 0)); then
@@ -360,8 +367,14 @@ cmd_down() {
     rm -rf "$dir"
 }
 
+cmd_kubelet_bin() {
+    cmd_build >/dev/null
+    kubelet_bin
+}
+
 case "${1:-}" in
 build) cmd_build ;;
+kubelet-bin) cmd_kubelet_bin ;;
 up) cmd_up "${2:-}" ;;
 node-cert) cmd_node_cert "${2:-}" "${3:-}" ;;
 controller-manager) cmd_controller_manager "${@:2}" ;;
@@ -369,5 +382,5 @@ bootstrap-token) cmd_bootstrap_token "${2:-}" ;;
 down) cmd_down "${2:-}" ;;
 stop-apiserver) cmd_stop_apiserver "${2:-}" ;;
 start-apiserver) cmd_start_apiserver "${2:-}" ;;
-*) die "usage: $0 build | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
+*) die "usage: $0 build | kubelet-bin | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
 esac

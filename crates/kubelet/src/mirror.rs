@@ -62,6 +62,8 @@ pub struct MirrorManager {
     observed: BTreeMap<String, Pod>,
     /// Until the API source has listed once, "no mirror" may just mean "not heard yet".
     observed_once: bool,
+    /// Likewise for the static pods: the SyncLoop publishes them once every source is ready.
+    desired_once: bool,
 }
 
 /// What one reconcile must do for one full name; pure, so it is unit tested.
@@ -146,6 +148,7 @@ impl MirrorManager {
                 desired: BTreeMap::new(),
                 observed: BTreeMap::new(),
                 observed_once: false,
+                desired_once: false,
             },
             MirrorHandle { tx },
         )
@@ -166,7 +169,7 @@ impl MirrorManager {
             while let Ok(c) = self.rx.try_recv() {
                 self.take(c);
             }
-            if self.observed_once {
+            if self.observed_once && self.desired_once {
                 self.reconcile().await;
             }
         }
@@ -175,6 +178,7 @@ impl MirrorManager {
     fn take(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Desired(pods) => {
+                self.desired_once = true;
                 self.desired = pods
                     .into_iter()
                     .map(|p| (podutil::full_name(&p), p))

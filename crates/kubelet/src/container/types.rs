@@ -53,6 +53,10 @@ pub struct ContainerStatus {
     pub image: String,
     pub image_ref: String,
     pub is_init: bool,
+    /// Created by another kubelet (no rkubelet `CREATED_BY` annotation): `hash` is that kubelet's
+    /// and means nothing to rkubelet until `runtime::adopt` decides whether the container still
+    /// matches its spec.
+    pub foreign: bool,
 }
 
 impl Default for ContainerStatus {
@@ -72,6 +76,7 @@ impl Default for ContainerStatus {
             image: String::new(),
             image_ref: String::new(),
             is_init: false,
+            foreign: false,
         }
     }
 }

@@ -109,6 +109,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     ConfigEvent::SourceReady(s) => {
                         info!(source = s, "pod source ready");
                         self.seen_sources.insert(s);
+                        self.publish_static_pods();
                     }
                 },
                 Some(ev) = inputs.pleg.recv() => self.workers.sync(&ev.uid),
@@ -283,9 +284,15 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// The static pods that should have a mirror: wanted by their source and admitted, or removed
     /// but still stopping (upstream keeps the mirror until the static pod has terminated). Listed
-    /// last, a wanted pod wins over a stopping one of the same full name.
+    /// last, a wanted pod wins over a stopping one of the same full name. Nothing until every
+    /// source delivered once (upstream deletes orphaned mirror pods only when `sourcesReady`): a
+    /// static pod not read yet would make its mirror look orphaned, and deleting it gives the
+    /// mirror a new UID (seen when swapping from the upstream kubelet, issue 15).
     fn publish_static_pods(&self) {
         let Some(m) = &self.mirrors else { return };
+        if !self.expected_sources.is_subset(&self.seen_sources) {
+            return;
+        }
         let stopping = self
             .workers
             .stopping()

@@ -679,16 +679,44 @@ impl Wiring<'_> {
         }
         if let Some(dir) = cfg.static_pod_path.clone() {
             expected.insert(source::FILE_SOURCE);
+            // Through the static UID adoption (source::adopt): static pods another kubelet left
+            // running keep their UID after a swap to rkubelet.
+            let (file_tx, mut file_rx) = mpsc::channel::<source::SourceSnapshot>(16);
             let fs = source::file::FileSource::new(
                 dir,
                 cfg.node_name.clone(),
                 cfg.file_check_frequency,
-                snap_tx.clone(),
+                file_tx,
             );
             self.spawn(
                 tracing::info_span!("file_source"),
                 fs.run(self.cancel.child_token()),
             );
+            let (cri, tx, stop) = (self.cri.clone(), snap_tx.clone(), self.cancel.child_token());
+            self.spawn(tracing::info_span!("static_uid_adoption"), async move {
+                let sandboxes = match cri.list_pod_sandbox(api::ListPodSandboxRequest::default()).await {
+                    Ok(r) => r.items,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listing sandboxes for static pod adoption failed; static pods get rkubelet's UIDs");
+                        Vec::new()
+                    }
+                };
+                let foreign = source::adopt::foreign_static_sandboxes(&sandboxes);
+                if !foreign.is_empty() {
+                    tracing::info!(pods = ?foreign, "adopting static pods another kubelet runs");
+                }
+                let mut adoption = source::adopt::StaticUidAdoption::new(foreign);
+                loop {
+                    let mut snap = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        s = file_rx.recv() => match s { Some(s) => s, None => return },
+                    };
+                    adoption.apply(&mut snap.pods);
+                    if tx.send(snap).await.is_err() {
+                        return;
+                    }
+                }
+            });
         }
         if let Some(url) = cfg.static_pod_url.clone() {
             // Must answer once before housekeeping removes runtime pods (upstream sourcesReady).

@@ -27,14 +27,17 @@ pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
     l
 }
 
-/// Sandbox annotations: the pod's annotations, as upstream.
+/// Sandbox annotations: the pod's annotations, as upstream, plus rkubelet's [`CREATED_BY`].
 pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
-    pod.metadata
+    let mut a: HashMap<String, String> = pod
+        .metadata
         .annotations
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .collect()
+        .collect();
+    a.insert(CREATED_BY.into(), CREATED_BY_RKUBELET.into());
+    a
 }
 
 pub fn container_labels(pod: &Pod, c: &Container) -> HashMap<String, String> {
@@ -68,6 +71,8 @@ pub fn container_annotations(
             podutil::grace_period_seconds(pod).to_string(),
         ),
         (CONTAINER_TYPE.into(), kind.label().into()),
+        // The hash above is rkubelet's: see `runtime::adopt` for containers without it.
+        (CREATED_BY.into(), CREATED_BY_RKUBELET.into()),
     ]);
     if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty()) {
         a.insert(

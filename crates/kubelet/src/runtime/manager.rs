@@ -211,6 +211,8 @@ impl RuntimeManager {
                     .unwrap_or_default(),
                 image_ref: st.image_ref.clone(),
                 is_init: ann.get(labels::CONTAINER_TYPE).is_some_and(|t| t == "init"),
+                foreign: ann.get(labels::CREATED_BY).map(String::as_str)
+                    != Some(labels::CREATED_BY_RKUBELET),
             });
         }
         out.containers

@@ -2,6 +2,7 @@
 //! decision of what must change, and the CRI calls that make it so.
 
 pub mod actions;
+pub mod adopt;
 pub mod container;
 pub mod env;
 pub mod gc;

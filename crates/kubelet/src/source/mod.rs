@@ -4,6 +4,7 @@
 //! against its previous one and emits ADD / UPDATE / REMOVE to the SyncLoop. Snapshots rather than
 //! deltas make every source trivially correct after a resync or a missed event.
 
+pub mod adopt;
 pub mod api;
 pub mod file;
 pub mod http;

@@ -20,7 +20,8 @@ use crate::prober::{self, ContainerInfo, ProbeHandle, ProbeKind, ProbeResults, R
 use crate::runtime::container;
 use crate::runtime::manager::StartFailure;
 use crate::runtime::{
-    compute_pod_actions, labels, ContainerState, PodRuntimeStatus, RuntimeError, RuntimeManager,
+    adopt, compute_pod_actions, labels, ContainerState, PodRuntimeStatus, RuntimeError,
+    RuntimeManager,
 };
 use crate::status::compute::{self, Reasons, StatusContext};
 use crate::status::StatusHandle;
@@ -492,6 +493,9 @@ async fn execute(
     rt: &PodRuntimeStatus,
 ) -> Option<Duration> {
     let who = podutil::describe(pod);
+    // Containers another kubelet created (before a swap to rkubelet) are judged by their image,
+    // not by a hash rkubelet cannot reproduce.
+    let rt = &*adopt::adopt_foreign(&ctx.runtime, pod, rt).await;
     let probes = ctx.probes.borrow().clone();
     let actions = compute_pod_actions(pod, rt, &probes);
     let mut retry: Option<Duration> = None;

@@ -15,3 +15,13 @@ pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 /// Upstream marks which kind of container this is; we keep it to tell init containers apart after
 /// a restart.
 pub const CONTAINER_TYPE: &str = "io.kubernetes.container.type";
+
+/// rkubelet's own marker, on every sandbox and container it creates (an annotation, beside
+/// upstream's). A container without it was created by another kubelet (upstream's, before a
+/// swap): its `io.kubernetes.container.hash` is upstream's FNV hash of Go's printing of the
+/// container struct, which rkubelet cannot reproduce, so such a container is adopted instead of
+/// compared by hash (see `runtime::adopt`); a sandbox without it may be a static pod's that
+/// upstream named by its own UID (see `source::adopt`).
+pub const CREATED_BY: &str = "rkubelet.io/created-by";
+/// The value of [`CREATED_BY`].
+pub const CREATED_BY_RKUBELET: &str = "rkubelet";
