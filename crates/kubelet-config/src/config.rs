@@ -15,6 +15,7 @@ pub mod node_status;
 pub mod schema;
 pub mod tls;
 mod validate;
+mod zero_defaults;
 
 pub use duration::{format_duration, parse_duration};
 pub use validate::validate;
@@ -490,6 +491,7 @@ fn layered(
         errors.extend(errs.into_iter().map(|e| format!("{}: {e}", path.display())));
         schema::merge(&mut tree, &l, schema::Merge::DropIn, "");
     }
+    zero_defaults::apply(&mut tree, &set);
     for (path, v) in flags {
         match (path.as_str(), v) {
             ("featureGates", Value::Object(gates)) => {

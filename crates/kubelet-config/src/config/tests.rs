@@ -160,7 +160,7 @@ fn file_with_supported_unsupported_and_unknown_fields() {
 fn all_errors_listed_at_once() {
     let err = parse(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-         syncFrequency: soon\nreadOnlyPort: 70000\nhealthzBindAddress: nope\nmaxPods: 0\n\
+         syncFrequency: soon\nreadOnlyPort: 70000\nhealthzBindAddress: nope\nmaxPods: -3\n\
          podLogsDir: relative\n",
     )
     .unwrap_err();
@@ -262,14 +262,14 @@ fn manifest_url_source_fields() {
     .to_string();
     for want in [
         "staticPodURL (--manifest-url): \"ftp://x/pods\" must be an http:// or https:// URL",
-        "httpCheckFrequency (--http-check-frequency): must be greater than 0",
         "\"bad name\" is not a valid HTTP header name",
         "the value of \"ok\" contains a line break",
     ] {
         assert!(e.contains(want), "{want} not in {e}");
     }
-    // Without a URL, the frequency is not used and not checked (upstream accepts 0 too).
-    assert!(get("httpCheckFrequency: 0s\n").is_ok());
+    // A zero in the file is unset, as upstream's defaulting has it (see zero_defaults).
+    let c = get("staticPodURL: http://10.0.0.1/p\nhttpCheckFrequency: 0s\n").unwrap();
+    assert_eq!(c.config.http_check_frequency, Duration::from_secs(20));
 }
 
 #[test]
@@ -408,4 +408,127 @@ fn eviction_settings_from_file_and_flags() {
     ] {
         assert!(e.contains(want), "{want:?} in {e}");
     }
+}
+
+/// The file kubeadm 1.20's kubelet-start phase writes: every Duration `0s`. Upstream's v1beta1
+/// defaulting turns those zeros into the defaults, so the kubelet starts; rkubelet must too.
+#[test]
+fn kubeadm_zero_durations_default_as_upstream() {
+    let kubeadm = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+authentication:\n  anonymous: {enabled: false}\n  webhook: {cacheTTL: 0s, enabled: true}\n  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}\n\
+authorization:\n  mode: Webhook\n  webhook: {cacheAuthorizedTTL: 0s, cacheUnauthorizedTTL: 0s}\n\
+clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\ncpuManagerReconcilePeriod: 0s\n\
+evictionPressureTransitionPeriod: 0s\nfileCheckFrequency: 0s\nhealthzBindAddress: 127.0.0.1\n\
+healthzPort: 10248\nhttpCheckFrequency: 0s\nimageMinimumGCAge: 0s\nlogging: {}\n\
+nodeStatusReportFrequency: 0s\nnodeStatusUpdateFrequency: 0s\nrotateCertificates: true\n\
+runtimeRequestTimeout: 0s\nshutdownGracePeriod: 0s\nshutdownGracePeriodCriticalPods: 0s\n\
+staticPodPath: /etc/kubernetes/manifests\nstreamingConnectionIdleTimeout: 0s\nsyncFrequency: 0s\n\
+volumeStatsAggPeriod: 0s\n";
+    let l = parse(kubeadm).unwrap_or_else(|e| panic!("kubeadm's config refused: {e}"));
+    let c = &l.config;
+    assert_eq!(c.sync_frequency, Duration::from_secs(60));
+    assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.http_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
+    assert_eq!(
+        c.streaming_connection_idle_timeout,
+        Duration::from_secs(4 * 3600)
+    );
+    let t = &c.v1beta1;
+    for (path, want) in [
+        ("syncFrequency", "1m0s"),
+        ("authentication.webhook.cacheTTL", "2m0s"),
+        ("authorization.webhook.cacheAuthorizedTTL", "5m0s"),
+        ("authorization.webhook.cacheUnauthorizedTTL", "30s"),
+        ("cpuManagerReconcilePeriod", "10s"),
+        ("evictionPressureTransitionPeriod", "5m0s"),
+        ("imageMinimumGCAge", "2m0s"),
+        ("nodeStatusUpdateFrequency", "10s"),
+        ("nodeStatusReportFrequency", "5m0s"),
+        ("volumeStatsAggPeriod", "1m0s"),
+        // Not defaulted on zero upstream either: 0s means "no graceful node shutdown".
+        ("shutdownGracePeriod", "0s"),
+    ] {
+        assert_eq!(
+            schema::get_path(t, path).and_then(Value::as_str),
+            Some(want),
+            "{path} as /configz shows it"
+        );
+    }
+}
+
+/// Table over upstream's zero-defaulted kinds, the report-frequency rule and what stays zero.
+#[test]
+fn zero_values_in_files_follow_upstream_defaulting() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let tree = |extra: &str| parse(&format!("{head}{extra}")).map(|l| l.config.v1beta1);
+    let get = |extra: &str, path: &str| {
+        let t = tree(extra).unwrap_or_else(|e| panic!("{extra:?} refused: {e}"));
+        schema::get_path(&t, path).cloned()
+    };
+    for (extra, path, want) in [
+        ("maxPods: 0\n", "maxPods", Value::from(110)),
+        ("port: 0\n", "port", Value::from(10250)),
+        (
+            "nodeLeaseDurationSeconds: 0\n",
+            "nodeLeaseDurationSeconds",
+            Value::from(40),
+        ),
+        ("kubeAPIBurst: 0\n", "kubeAPIBurst", Value::from(100)),
+        ("address: \"\"\n", "address", Value::from("0.0.0.0")),
+        (
+            "cgroupDriver: \"\"\n",
+            "cgroupDriver",
+            Value::from("cgroupfs"),
+        ),
+        (
+            "containerLogMaxSize: \"\"\n",
+            "containerLogMaxSize",
+            Value::from("10Mi"),
+        ),
+        (
+            "podLogsDir: \"\"\n",
+            "podLogsDir",
+            Value::from("/var/log/pods"),
+        ),
+        // An explicitly set update frequency carries an unset report frequency with it.
+        (
+            "nodeStatusUpdateFrequency: 20s\n",
+            "nodeStatusReportFrequency",
+            Value::from("20s"),
+        ),
+        (
+            "nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 0s\n",
+            "nodeStatusReportFrequency",
+            Value::from("20s"),
+        ),
+        (
+            "nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 1m0s\n",
+            "nodeStatusReportFrequency",
+            Value::from("1m0s"),
+        ),
+        ("", "nodeStatusReportFrequency", Value::from("5m0s")),
+        // Pointer fields upstream: an explicit zero stays zero.
+        ("healthzPort: 0\n", "healthzPort", Value::from(0)),
+        ("kubeAPIQPS: 0\n", "kubeAPIQPS", Value::from(0)),
+        (
+            "imageGCHighThresholdPercent: 10\nimageGCLowThresholdPercent: 0\n",
+            "imageGCLowThresholdPercent",
+            Value::from(0),
+        ),
+        ("readOnlyPort: 0\n", "readOnlyPort", Value::from(0)),
+        ("podsPerCore: 0\n", "podsPerCore", Value::from(0)),
+    ] {
+        assert_eq!(get(extra, path), Some(want), "{extra:?} -> {path}");
+    }
+}
+
+/// A flag is not defaulted (upstream applies defaults to the file only): `--sync-frequency=0s`
+/// is still refused.
+#[test]
+fn zero_flag_still_refused() {
+    let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let flags = vec![("syncFrequency".to_string(), Value::from("0s"))];
+    let e = layered(Some((text, None)), &[], &flags).expect_err("a zero flag is refused");
+    assert!(e.to_string().contains("syncFrequency"), "{e}");
 }
