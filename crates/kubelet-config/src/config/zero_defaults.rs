@@ -11,7 +11,9 @@
 //! Only the non-pointer fields upstream defaults on zero are listed; pointer fields (`healthzPort`,
 //! `imageGCHighThresholdPercent`, `kubeAPIQPS`, ...) keep an explicit zero, as upstream does.
 //! Applied to the merged file and drop-in layers, before the flags: an explicit `--sync-frequency=0`
-//! is still refused, as upstream's flag path does not default.
+//! is still refused, as upstream's flag path does not default. The node status fields
+//! (`nodeStatusUpdateFrequency`, `nodeStatusReportFrequency` with its backward-compatibility rule,
+//! `nodeLeaseDurationSeconds`) are defaulted by [`super::node_status::apply_defaults`].
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -30,7 +32,6 @@ const DURATIONS: &[(&str, &str)] = &[
     ("authorization.webhook.cacheAuthorizedTTL", "5m0s"),
     ("authorization.webhook.cacheUnauthorizedTTL", "30s"),
     ("streamingConnectionIdleTimeout", "4h0m0s"),
-    ("nodeStatusUpdateFrequency", "10s"),
     ("imageMinimumGCAge", "2m0s"),
     ("volumeStatsAggPeriod", "1m0s"),
     ("cpuManagerReconcilePeriod", "10s"),
@@ -43,7 +44,6 @@ const INTS: &[(&str, i64)] = &[
     ("port", 10250),
     ("registryBurst", 10),
     ("eventBurst", 100),
-    ("nodeLeaseDurationSeconds", 40),
     ("maxPods", 110),
     ("maxOpenFiles", 1_000_000),
     ("kubeAPIBurst", 100),
@@ -87,22 +87,6 @@ fn is_zero_duration(v: &Value) -> bool {
 pub(super) fn apply(tree: &mut Value, set: &BTreeSet<String>) -> Vec<&'static str> {
     let mut done = Vec::new();
     let get = |t: &Value, p: &str| schema::get_path(t, p).cloned();
-    // Upstream: an unset nodeStatusReportFrequency follows an explicitly set
-    // nodeStatusUpdateFrequency (backward compatibility), else 5m. Decided before the update
-    // frequency itself is defaulted, as upstream orders it.
-    let report = "nodeStatusReportFrequency";
-    let update = "nodeStatusUpdateFrequency";
-    let report_unset =
-        !set.contains(report) || get(tree, report).is_some_and(|v| is_zero_duration(&v));
-    if report_unset {
-        let update_value =
-            get(tree, update).filter(|v| set.contains(update) && !is_zero_duration(v));
-        let value = update_value.unwrap_or_else(|| Value::String("5m0s".into()));
-        if schema::get_path(tree, report) != Some(&value) {
-            schema::set_path(tree, report, value);
-            done.push(report);
-        }
-    }
     for (path, default) in DURATIONS {
         if set.contains(*path) && get(tree, path).is_some_and(|v| is_zero_duration(&v)) {
             schema::set_path(tree, path, Value::String((*default).into()));
