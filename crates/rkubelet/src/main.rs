@@ -278,8 +278,10 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     let res = rt.block_on(async move {
+        // The path as text ("" when unset), not Option's Debug, in the quoted klog value.
+        let static_pods = cfg.static_pod_path.as_deref().map(|p| p.display().to_string());
         info!(node = %cfg.node_name, endpoint = %cfg.container_runtime_endpoint,
-            static_pod_path = ?cfg.static_pod_path, version = %version_line(), "starting rkubelet");
+            static_pod_path = static_pods.unwrap_or_default(), version = %version_line(), "starting rkubelet");
         let cancel = CancellationToken::new();
         tokio::spawn(handle_signals(cancel.clone()));
         kubelet::kubelet::run(cfg, cancel)
