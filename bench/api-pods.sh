@@ -158,10 +158,13 @@ wall = time.time() - time.monotonic()
 started = {}
 with open(klog) as f:
     for line in f:
-        m = re.match(r"(\S+Z) .*started container.*pod=\S*?(bench-\d+)", line)
-        if m and "restart_count=0" in line:
-            started.setdefault(m.group(2), datetime.datetime.fromisoformat(
-                m.group(1).replace("Z", "+00:00")).timestamp())
+        # klog's header: month, day and local time (no year); then InfoS's fields.
+        m = re.match(r'[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{6}) .*\] "started container".*'
+                     r'pod="\S*?(bench-\d+)"', line)
+        if m and " restart_count=0" in line:
+            year = datetime.datetime.now().year
+            started.setdefault(m.group(4), datetime.datetime.strptime(
+                f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp())
 with lock:
     lag = [running_at[k] + wall - started[k] for k in running_at if k in started]
 
@@ -257,7 +260,7 @@ bench_one() {
     url="$(sed -n 's/^APISERVER_URL=//p' "$cp/env")"
     kc="$("$HACK_DIR/control-plane.sh" node-cert "$cp" "$NODE_NAME")"
     mkdir -p "$cd/kubelet"
-    NO_COLOR=1 "$RKUBELET" --kubeconfig "$kc" --node-ip 127.0.0.1 \
+    "$RKUBELET" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --read-only-port 0 --healthz-port 0 \
         --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" \
         --cgroup-root "$CGROUP_ROOT" >"$logf" 2>&1 &
@@ -271,7 +274,7 @@ bench_one() {
     log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
     python3 -c "$MEASURE_PY" "$n" "$url" "$cp/pki" "$NODE_NAME" "$CUR_PID" "$sock" \
         "$cp/log/audit.log" "$results" "$(sed -n 's/^CONTAINERD_PID=//p' "$cd/env")" "$logf"
-    echo "  rkubelet log: $(grep -c ' ERROR ' "$logf" || true) ERROR, $(grep -c ' WARN ' "$logf" || true) WARN lines"
+    echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup
 }
 

@@ -124,7 +124,7 @@ spec:
   - {name: main, image: rkubelet.local/busybox:1.35, command: ["sh", "-c", "$sleeper"]}
 EOF
     done
-    NO_COLOR=1 "$RKUBELET" --config "$DIR/kubelet-config.yaml" \
+    "$RKUBELET" --config "$DIR/kubelet-config.yaml" \
         --container-runtime-endpoint "unix://$(sed -n 's/^CONTAINERD_SOCK=//p' "$DIR/env")" \
         --root-dir "$DIR/kubelet" --hostname-override "$NODE_NAME" \
         --cgroup-root "$CGROUP_ROOT" >"$LOGF" 2>&1 &
@@ -142,7 +142,7 @@ EOF
     # Let the starts' work settle before measuring.
     sleep 5
     python3 -c "$MEASURE_PY" "$n" "$ROUNDS" "$port" "$KPID"
-    echo "  rkubelet log: $(grep -c ' ERROR ' "$LOGF" || true) ERROR, $(grep -c ' WARN ' "$LOGF" || true) WARN lines"
+    echo "  rkubelet log: $(grep -c '^E[0-9]' "$LOGF" || true) error, $(grep -c '^W[0-9]' "$LOGF" || true) warning lines"
 }
 
 main() {

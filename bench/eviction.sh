@@ -11,7 +11,7 @@
 #    crossed the threshold, and the kubelet log's times of the eviction decision ("evicting pod")
 #    and of the pod stopped and cleaned up; p50/p99 of crossed -> decided and crossed -> stopped.
 # 2. Cost of a monitoring pass with PODS static sleeper pods (release build, a fresh private
-#    containerd, INDEX 88): rkubelet with `kubelet::eviction=debug` logs each pass's wall time and
+#    containerd, INDEX 88): rkubelet with `--vmodule=eviction/*=4` logs each pass's wall time and
 #    the process's CPU during it (utime+stime, clock-tick resolution: other tasks running at the
 #    same moment are included, so it is an upper bound); PASSES passes after all pods are Running,
 #    p50/p99/max. Static pods are critical, so nothing is evicted, but each pass reads the whole
@@ -107,7 +107,7 @@ spec:
   - {name: main, image: rkubelet.local/busybox:1.35, command: ["sh", "-c", "$sleeper"]}
 EOF
     done
-    NO_COLOR=1 RUST_LOG=info,kubelet::eviction=debug "$RKUBELET" --config "$DIR/kubelet-config.yaml" \
+    "$RKUBELET" --config "$DIR/kubelet-config.yaml" --v=0 --vmodule='eviction/*=4' \
         --container-runtime-endpoint "unix://$(sed -n 's/^CONTAINERD_SOCK=//p' "$DIR/env")" \
         --root-dir "$DIR/kubelet" --hostname-override "$NODE_NAME" >"$LOGF" 2>&1 &
     KPID=$!
@@ -133,7 +133,7 @@ EOF
     echo "=== eviction manager pass with $n pods ==="
     stats "wall time per pass" ms <<<"$(sed -n 's/.*took_us=\([0-9]*\).*/\1/p' <<<"$lines" | awk '{print $1/1000}')"
     stats "process CPU per pass (upper bound)" ms <<<"$(sed -n 's/.*cpu_ms=\([0-9]*\).*/\1/p' <<<"$lines")"
-    echo "  rkubelet log: $LOGF ($(grep -c ' ERROR ' "$LOGF" || true) ERROR, $(grep -c ' WARN ' "$LOGF" || true) WARN lines)"
+    echo "  rkubelet log: $LOGF ($(grep -c '^E[0-9]' "$LOGF" || true) error, $(grep -c '^W[0-9]' "$LOGF" || true) warning lines)"
 }
 
 main() {

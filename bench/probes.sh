@@ -8,8 +8,8 @@
 # Three runs of the same N pods (busybox httpd serving /www/ok on port 8080), each on a fresh
 # private containerd (INDEX 80, 81, 82) and a fresh target/release/rkubelet:
 #   probes       livenessProbe exec ["cat", "/www/ok"] and readinessProbe httpGet /ok, periodSeconds 1,
-#                with the prober's per-probe debug line on (RUST_LOG=...,kubelet::prober::worker=debug):
-#                "probe ran delay_ms=.. took_ms=.. result=.."; delay_ms = probe start minus the time
+#                with the prober's per-probe debug line on (--vmodule=prober/worker=4):
+#                "probe ran" delay_ms=.. took_ms=.. result=".."; delay_ms = probe start minus the time
 #                it was due (its period tick), which gives the delay percentiles and the probe count;
 #   probes-quiet the same without that debug line, so the CPU figure has no logging in it;
 #   no-probes    the same pods without probes: the baseline the probe overhead is measured against.
@@ -220,12 +220,13 @@ nready1 = sum(1 for p in after if p["metadata"]["name"] in want and ready(p))
 with open(logf, "rb") as f:
     f.seek(log0)
     chunk = f.read(log1 - log0).decode(errors="replace")
-LINE = re.compile(r"probe=(\w+)\}.*probe ran (?:delay_ms=([\d.]+) )?took_ms=([\d.]+) result=(\S+)")
+# klog's InfoS form; the span's probe="Liveness" follows the event's fields.
+LINE = re.compile(r'\] "probe ran"(?: delay_ms=([\d.]+))? took_ms=([\d.]+) result="([^"]*)".* probe="(\w+)"')
 runs = {}  # kind -> [(delay_ms or None, took_ms, result)]
 for line in chunk.splitlines():
     m = LINE.search(line)
     if m:
-        runs.setdefault(m[1], []).append((float(m[2]) if m[2] else None, float(m[3]), m[4]))
+        runs.setdefault(m[4], []).append((float(m[1]) if m[1] else None, float(m[2]), m[3]))
 busy = 100 * (1 - (m1[0][1] - m0[0][1]) / max(1, m1[0][0] - m0[0][0]))
 
 print(f"\n=== {mode}: N = {n} pods, window {window} s ===")
@@ -310,9 +311,9 @@ healthzPort: 0
 fileCheckFrequency: 20s
 EOF
     # The same filter for every run; only "probes" adds the prober worker's per-probe debug line.
-    rust_log=info
-    [[ "$mode" != probes ]] || rust_log=info,kubelet::prober::worker=debug
-    NO_COLOR=1 RUST_LOG="$rust_log" "$RKUBELET" --config "$dir/kubelet-config.yaml" \
+    vmodule=
+    [[ "$mode" != probes ]] || vmodule=prober/worker=4
+    "$RKUBELET" --config "$dir/kubelet-config.yaml" --v=0 --vmodule="$vmodule" \
         --container-runtime-endpoint "unix://$sock" \
         --root-dir "$dir/kubelet" --hostname-override "$NODE_NAME" >"$logf" 2>&1 &
     CUR_PID=$!
@@ -327,7 +328,7 @@ EOF
     # Niced up so its /proc samples are on time even when the probes saturate the machine.
     nice -n -5 python3 -c "$MEASURE_PY" "$mode" "$n" "$window" "$SETTLE" "$port" "$dir/manifests" "$CUR_PID" \
         "$(sed -n 's/^CONTAINERD_PID=//p' "$dir/env")" "$sock" "$logf" "$results" "$NODE_NAME"
-    echo "  rkubelet log: $(grep -c ' ERROR ' "$logf" || true) ERROR, $(grep -c ' WARN ' "$logf" || true) WARN lines ($logf)"
+    echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines ($logf)"
     cleanup
 }
 

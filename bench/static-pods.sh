@@ -276,8 +276,7 @@ fileCheckFrequency: 20s
 EOF
     local -a extra
     read -ra extra <<<"$RK_BENCH_FLAGS"
-    # NO_COLOR: plain log lines, so they can be grepped below.
-    NO_COLOR=1 "$RKUBELET" --config "$dir/kubelet-config.yaml" \
+    "$RKUBELET" --config "$dir/kubelet-config.yaml" \
         --container-runtime-endpoint "unix://$sock" \
         --root-dir "$dir/kubelet" --hostname-override "$NODE_NAME" "${extra[@]}" >"$logf" 2>&1 &
     CUR_PID=$!
@@ -294,9 +293,9 @@ EOF
         "$results" "/tmp/rkubelet-bench-$n.pods.tsv" "$(sed -n 's/^CONTAINERD_PID=//p' "$dir/env")"
     # Anything rkubelet complained about is worth a look.
     local errs warns
-    errs="$(grep -c ' ERROR ' "$logf" || true)"
-    warns="$(grep -c ' WARN ' "$logf" || true)"
-    echo "  rkubelet log: $errs ERROR, $warns WARN lines ($logf); per-pod times: /tmp/rkubelet-bench-$n.pods.tsv"
+    errs="$(grep -c '^E[0-9]' "$logf" || true)"
+    warns="$(grep -c '^W[0-9]' "$logf" || true)"
+    echo "  rkubelet log: $errs error, $warns warning lines ($logf); per-pod times: /tmp/rkubelet-bench-$n.pods.tsv"
     cleanup
 }
 

@@ -134,7 +134,7 @@ authentication:
   x509:
     clientCAFile: $CP/pki/ca.crt
 EOF
-    NO_COLOR=1 "$RKUBELET" --config "$CD/kubelet.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
+    "$RKUBELET" --config "$CD/kubelet.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
         --hostname-override "$NODE_NAME" >"$LOGF" 2>&1 &
     KPID=$!

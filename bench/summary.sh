@@ -134,7 +134,7 @@ EOF
     for ((i = 0; i < n; i++)); do pod "p$i" "$sleeper"; done
     pod hostnet "$sleeper" "hostNetwork: true"
     pod busy "while true; do :; done"
-    NO_COLOR=1 "$RKUBELET" --config "$DIR/kubelet-config.yaml" \
+    "$RKUBELET" --config "$DIR/kubelet-config.yaml" \
         --container-runtime-endpoint "unix://$(sed -n 's/^CONTAINERD_SOCK=//p' "$DIR/env")" \
         --root-dir "$DIR/kubelet" --hostname-override "$NODE_NAME" >"$LOGF" 2>&1 &
     KPID=$!
@@ -149,7 +149,7 @@ EOF
     [[ "$running" -ge "$want" ]] || die "only $running of $want pods Running"
     log "$want pods Running; rkubelet pid $KPID on port $port, log $LOGF"
     python3 -c "$MEASURE_PY" "$n" "$rounds" "$port" "$KPID" "$NODE_NAME"
-    echo "  rkubelet log: $(grep -c ' ERROR ' "$LOGF" || true) ERROR, $(grep -c ' WARN ' "$LOGF" || true) WARN lines"
+    echo "  rkubelet log: $(grep -c '^E[0-9]' "$LOGF" || true) error, $(grep -c '^W[0-9]' "$LOGF" || true) warning lines"
 }
 
 main "$@"

@@ -11,6 +11,7 @@ pub mod cgroups;
 mod duration;
 pub mod eviction;
 pub mod gc;
+pub mod logging;
 pub mod node_status;
 pub mod schema;
 pub mod tls;
@@ -179,8 +180,8 @@ pub struct KubeletConfig {
     /// `seccompDefault` / `--seccomp-default`: RuntimeDefault seccomp for containers whose pod
     /// and container set no profile.
     pub seccomp_default: bool,
-    /// `logging.verbosity` / `-v`: klog's level, mapped onto tracing levels by the binary.
-    pub log_verbosity: u32,
+    /// `logging` (`-v`, `--vmodule`, `--logging-format`, ...): applied by the binary's subscriber.
+    pub logging: logging::LoggingConfig,
     /// The container manager's settings (cgroups, reservations, node allocatable).
     pub cgroups: cgroups::CgroupConfig,
     /// `imageGC*` and `image*GCAge`: the image garbage collector's policy.
@@ -322,7 +323,7 @@ impl Default for KubeletConfig {
             fine_grained_authz: true,
             crash_loop_max_restart_period: None,
             seccomp_default: false,
-            log_verbosity: 0,
+            logging: logging::LoggingConfig::default(),
             cgroups: cgroups::CgroupConfig::default(),
             image_gc: gc::ImageGcPolicy::default(),
             container_gc: gc::ContainerGcPolicy::default(),
@@ -758,15 +759,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
     cgroups::read(&mut r, &mut cfg.cgroups);
     gc::read(&mut r, &mut cfg.image_gc);
     read_eviction(&mut r, &mut cfg);
-    if let Some(mut l) = r.section("logging") {
-        if let Some(v) = l.int("verbosity") {
-            match u32::try_from(v) {
-                Ok(v) => cfg.log_verbosity = v,
-                Err(_) => l.errors.push(format!("verbosity: must be >= 0, got {v}")),
-            }
-        }
-        r.errors.extend(l.finish("logging", warnings));
-    }
+    logging::read(&mut r, &mut cfg.logging, warnings);
     errors.append(&mut r.errors);
     cfg
 }

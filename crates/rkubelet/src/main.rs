@@ -16,6 +16,8 @@ use kubelet::flags::{self, FlagError, Parsed};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+mod logging;
+
 /// The whole shutdown after the first signal. The parts inside are bounded already (connections
 /// 5 s plus 1 s to close, tasks 10 s then aborted and named in the log); this catches what those
 /// bounds cannot (a task blocked outside an await point, a blocking thread), so a service manager
@@ -62,6 +64,7 @@ async fn handle_signals(cancel: CancellationToken) {
             // What was aborted at the tasks' deadline is logged above; reaching this means
             // kubelet::run had not returned (a pod worker or a task stuck beyond an abort).
             error!(bound = ?SHUTDOWN_BOUND, "shutdown did not finish in time; exiting with work still running (pods keep running)");
+            logging::flush();
             std::process::exit(1);
         });
     if let Err(e) = watchdog {
@@ -69,6 +72,7 @@ async fn handle_signals(cancel: CancellationToken) {
     }
     let second = next_signal(&mut term, &mut int).await;
     error!(signal = second, "second signal; exiting now");
+    logging::flush();
     std::process::exit(128 + second);
 }
 
@@ -164,6 +168,10 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
     if let Some(p) = parsed.last("image-credential-provider-bin-dir") {
         cfg.image_credential_provider_bin_dir = Some(PathBuf::from(p));
     }
+    if let Some(v) = parsed.last("vmodule") {
+        cfg.logging.vmodule =
+            config::logging::parse_vmodule(v).map_err(|e| anyhow::anyhow!("--vmodule: {e}"))?;
+    }
     if let Some(c) = parsed.last("runtime-cgroups") {
         cfg.runtime_cgroups = c.to_string();
     }
@@ -209,20 +217,6 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
         anyhow::bail!("invalid configuration:\n  {}", errors.join("\n  "));
     }
     Ok((cfg, loaded.warnings))
-}
-
-fn init_tracing(v: u32) {
-    let level = match v {
-        0..=2 => "info",
-        3..=4 => "info,kubelet=debug,rkubelet=debug,rkubelet_cri=debug",
-        _ => "info,kubelet=trace,rkubelet=trace,rkubelet_cri=trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
 }
 
 /// Upstream sets the kubelet's own oom_score_adj to -999; without CAP_SYS_RESOURCE that is refused,
@@ -277,7 +271,10 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    init_tracing(cfg.log_verbosity);
+    if let Err(e) = logging::init(&cfg.logging) {
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
     for w in &warnings {
         warn!("{w}");
     }
@@ -287,8 +284,10 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     let res = rt.block_on(async move {
+        // The path as text ("" when unset), not Option's Debug, in the quoted klog value.
+        let static_pods = cfg.static_pod_path.as_deref().map(|p| p.display().to_string());
         info!(node = %cfg.node_name, endpoint = %cfg.container_runtime_endpoint,
-            static_pod_path = ?cfg.static_pod_path, version = %version_line(), "starting rkubelet");
+            static_pod_path = static_pods.unwrap_or_default(), version = %version_line(), "starting rkubelet");
         let cancel = CancellationToken::new();
         tokio::spawn(handle_signals(cancel.clone()));
         kubelet::kubelet::run(cfg, cancel)
@@ -297,5 +296,11 @@ fn main() -> anyhow::Result<()> {
     });
     // Dropping the runtime would wait for every blocking thread without a bound.
     rt.shutdown_timeout(RUNTIME_SHUTDOWN);
-    res
+    // Once logging is up, upstream's cli.Run logs the failure as a klog error line (not a
+    // bare "Error: ..." that log parsers would not recognise).
+    if let Err(e) = &res {
+        error!(err = %format!("{e:#}"), "command failed");
+    }
+    logging::flush();
+    std::process::exit(i32::from(res.is_err()));
 }

@@ -590,10 +590,16 @@ async fn restart_keeps_running_pods_that_no_longer_fit() {
             "{name} was restarted"
         );
     }
-    assert!(!env.kubelet_log().contains("pod rejected pod=default/first"));
-    assert!(!env
-        .kubelet_log()
-        .contains("pod rejected pod=default/second"));
+    let log = env.kubelet_log();
+    for name in ["first", "second"] {
+        let pod = format!("pod=\"default/{name}\"");
+        assert!(
+            !log.lines()
+                .any(|l| l.contains("] \"pod rejected\"") && l.contains(&pod)),
+            "{}",
+            tail(&log, 30)
+        );
+    }
 }
 
 #[tokio::test]

@@ -104,7 +104,8 @@ async fn upstream_command_line_starts_a_ready_node() {
         "Flag --containerd has been deprecated, This is a cadvisor flag",
         "Flag --logtostderr has been deprecated",
         "Flag --runtime-request-timeout has been deprecated, This parameter should be set via the config file",
-        "config field \"cpuManagerPolicy\" is not supported by rkubelet yet; ignored",
+        // A klog message is quoted as Go's strconv.Quote does.
+        r#""config field \"cpuManagerPolicy\" is not supported by rkubelet yet; ignored""#,
     ] {
         assert_eq!(log.matches(want).count(), 1, "{want:?} once in:\n{}", tail(&log, 60));
     }
@@ -290,7 +291,7 @@ async fn flags_over_drop_ins_over_file_in_configz() {
     );
     let log = env.kubelet_log();
     assert!(
-        log.contains("feature gate \"Foo\" is not supported by rkubelet; ignored"),
+        log.contains(r#""feature gate \"Foo\" is not supported by rkubelet; ignored""#),
         "{}",
         tail(&log, 30)
     );

@@ -261,8 +261,7 @@ async fn memory_eviction(index: u32, tag: &str, extra: &str) -> String {
     let crossed = watcher.join().ok().flatten();
     let at = |needle: &str| -> Option<std::time::SystemTime> {
         let line = log.lines().find(|l| l.contains(needle))?;
-        let ts: k8s_openapi::jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
-        Some(std::time::UNIX_EPOCH + Duration::from_nanos(ts.as_nanosecond() as u64))
+        common::klog::time_of(line)
     };
     if let (Some(c), Some(d), Some(s)) = (
         crossed,

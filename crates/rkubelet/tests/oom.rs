@@ -58,11 +58,11 @@ async fn oom_kills_outside_pods_are_read_from_the_kernel_log() {
             .lines()
             .find(|l| {
                 l.contains("OOM kill inside a memory cgroup")
-                    && l.contains(&format!("oom_memcg={cg_rel}"))
+                    && l.contains(&format!("oom_memcg=\"{cg_rel}\""))
             })
             .map(str::to_string)
     });
-    assert!(line.contains("process=tail"), "{line}");
+    assert!(line.contains("process=\"tail\""), "{line}");
     let _ = std::fs::remove_dir(&cg);
 
     // A system-wide OOM, as a 6.x kernel reports it.

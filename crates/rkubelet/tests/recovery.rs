@@ -234,7 +234,7 @@ async fn sigkill_while_starting_and_deleting_pods_leaves_one_clean_run_each() {
             let lines: Vec<&str> = log
                 .lines()
                 .filter(|l| l.contains(&format!("{name}_")) || l.contains(&format!("/{name} ")))
-                .filter(|l| !l.contains("DEBUG pleg"))
+                .filter(|l| !l.contains(" pleg.rs:"))
                 .collect();
             eprintln!("{name}:\n{}", lines.join("\n"));
             // What the runtime holds for the pod, so a failure says which kind of interrupted

@@ -450,7 +450,7 @@ fn wait_manifest_error(env: &Env, file: &str, n: usize) -> String {
                 .into_iter()
                 .filter(|r| {
                     r.contains("invalid static pod manifest")
-                        && r.contains(&format!("file={path} "))
+                        && r.contains(&format!("file=\"{path}\""))
                 })
                 .nth(n - 1)
         },
@@ -461,7 +461,7 @@ fn wait_manifest_error(env: &Env, file: &str, n: usize) -> String {
 fn log_records(log: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for line in log.lines() {
-        let starts_record = line.len() > 4 && line.as_bytes()[..4].iter().all(u8::is_ascii_digit);
+        let starts_record = common::klog::header(line).is_some();
         match out.last_mut() {
             Some(r) if !starts_record => {
                 r.push('\n');

@@ -262,6 +262,9 @@ fn v1_client_certificates_on_the_secure_port() {
         ca.0.display()
     );
     wait_until(Duration::from_secs(5), "refusal logged", || {
-        env.kubelet_log().contains(&want).then_some(())
+        // Quoted in the log line as klog quotes values.
+        env.kubelet_log()
+            .contains(&common::klog::escaped(&want))
+            .then_some(())
     });
 }

@@ -532,3 +532,54 @@ fn zero_flag_still_refused() {
     let e = layered(Some((text, None)), &[], &flags).expect_err("a zero flag is refused");
     assert!(e.to_string().contains("syncFrequency"), "{e}");
 }
+
+#[test]
+fn logging_section_read_and_checked() {
+    use super::logging::{LogFormat, StreamOptions, VModule};
+    let l = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         logging:\n  format: json\n  verbosity: 3\n  flushFrequency: 2s\n\
+         \x20 vmodule:\n  - filePattern: prober\n    verbosity: 5\n\
+         \x20 options:\n    json:\n      splitStream: true\n      infoBufferSize: 64Ki\n",
+    )
+    .unwrap();
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let g = &l.config.logging;
+    assert_eq!(g.format, LogFormat::Json);
+    assert_eq!(g.verbosity, 3);
+    assert_eq!(g.flush_frequency, Duration::from_secs(2));
+    assert_eq!(
+        g.vmodule,
+        vec![VModule {
+            pattern: "prober".into(),
+            verbosity: 5
+        }]
+    );
+    assert_eq!(
+        g.stream(),
+        StreamOptions {
+            split_stream: true,
+            info_buffer_size: 64 * 1024
+        }
+    );
+    assert_eq!(g.text, StreamOptions::default());
+    let d = KubeletConfig::default().logging;
+    assert_eq!((d.format, d.verbosity), (LogFormat::Text, 0));
+
+    let ConfigError::Invalid { errors, .. } = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         logging:\n  format: xml\n  vmodule: prober=5\n\
+         \x20 options:\n    text:\n      infoBufferSize: lots\n",
+    )
+    .unwrap_err() else {
+        panic!("expected Invalid");
+    };
+    let all = errors.join("\n");
+    for want in [
+        "logging.format (--logging-format): \"xml\" must be one of text, json",
+        "logging.vmodule: must be a list",
+        "logging.options.text.infoBufferSize: \"lots\" is not a valid quantity",
+    ] {
+        assert!(all.contains(want), "{want} in {all}");
+    }
+}

@@ -2,6 +2,8 @@
 //! torn down on drop so a failed test leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod klog;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -185,7 +187,6 @@ impl Env {
                 self.container_logs_dir().display()
             ))
             .args(extra)
-            .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -208,7 +209,6 @@ impl Env {
         let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
             .args(args)
-            .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
