@@ -109,11 +109,11 @@ async fn max_parallel_image_pulls_bounds_concurrent_pulls() {
     let log = env.kubelet_log();
     let (mut running, mut most, mut started) = (0i64, 0i64, 0usize);
     for l in log.lines() {
-        if l.contains(": pulling image pod=") {
+        if l.contains("] \"pulling image\" pod=") {
             running += 1;
             started += 1;
             most = most.max(running);
-        } else if l.contains(": pulled image image=") {
+        } else if l.contains("] \"pulled image\" image=") {
             running -= 1;
         }
     }
