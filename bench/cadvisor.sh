@@ -110,7 +110,7 @@ staticPodPath: $DIR/manifests
 podLogsDir: $DIR/pod-logs
 readOnlyPort: $port
 healthzPort: 0
-port: 0
+enableServer: false
 EOF
     local sleeper="trap 'exit 0' TERM; while true; do sleep 1; done"
     for ((i = 0; i < n; i++)); do

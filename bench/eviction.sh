@@ -92,7 +92,7 @@ staticPodPath: $DIR/manifests
 podLogsDir: $DIR/pod-logs
 readOnlyPort: $port
 healthzPort: 0
-port: 0
+enableServer: false
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
 EOF
     local sleeper="trap 'exit 0' TERM; while true; do sleep 1; done"

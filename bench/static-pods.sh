@@ -271,7 +271,7 @@ staticPodPath: $dir/manifests
 podLogsDir: $dir/pod-logs
 readOnlyPort: $port
 healthzPort: 0
-port: 0
+enableServer: false
 fileCheckFrequency: 20s
 EOF
     local -a extra

@@ -116,7 +116,7 @@ staticPodPath: $DIR/manifests
 podLogsDir: $DIR/pod-logs
 readOnlyPort: $port
 healthzPort: 0
-port: 0
+enableServer: false
 EOF
     pod() { # pod NAME SCRIPT [SPEC_LINE]
         cat >"$DIR/manifests/$1.yaml" <<EOF

@@ -156,6 +156,9 @@ pub struct KubeletConfig {
     pub container_logs_dir: PathBuf,
     /// `port` / `--port`: the authenticated HTTPS server (upstream 10250).
     pub port: u16,
+    /// `enableServer` / `--enable-server`: whether that server runs at all (upstream's way to
+    /// turn it off; `port: 0` in a file is defaulted to 10250, as upstream's defaulting does).
+    pub enable_server: bool,
     /// `tlsCertFile` / `--tls-cert-file`; with the key file unset too, a self-signed cert is
     /// generated under `<root-dir>/pki` as upstream.
     pub tls_cert_file: Option<PathBuf>,
@@ -314,6 +317,7 @@ impl Default for KubeletConfig {
             container_log_monitor_interval: crate::defaults::CONTAINER_LOG_MONITOR_INTERVAL,
             container_logs_dir: PathBuf::from(crate::defaults::CONTAINER_LOGS_DIR),
             port: 10250,
+            enable_server: true,
             tls_cert_file: None,
             tls_private_key_file: None,
             serving_tls: tls::ServingTls::default(),
@@ -658,6 +662,9 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         &mut cfg.container_log_monitor_interval,
     );
     r.port("port", &mut cfg.port);
+    if let Some(b) = r.bool("enableServer") {
+        cfg.enable_server = b;
+    }
     r.path("tlsCertFile", &mut cfg.tls_cert_file);
     r.path("tlsPrivateKeyFile", &mut cfg.tls_private_key_file);
     tls::read(&mut r, &mut cfg.serving_tls, warnings);

@@ -240,7 +240,7 @@ pub const FLAGS: &[Spec] = &[
     flag("image-credential-provider-config", Str, Implemented),
     flag("image-credential-provider-bin-dir", Str, Implemented),
     // KubeletConfiguration flags.
-    cfg("enable-server", Bool, "enableServer", NotYet),
+    cfg("enable-server", Bool, "enableServer", Implemented),
     cfg("fail-swap-on", Bool, "failSwapOn", Implemented),
     cfg("pod-manifest-path", Str, "staticPodPath", Implemented),
     cfg("sync-frequency", Duration, "syncFrequency", Implemented),

@@ -299,8 +299,26 @@ fn main() -> anyhow::Result<()> {
     // Once logging is up, upstream's cli.Run logs the failure as a klog error line (not a
     // bare "Error: ..." that log parsers would not recognise).
     if let Err(e) = &res {
-        error!(err = %format!("{e:#}"), "command failed");
+        error!(err = %error_text(e), "command failed");
     }
     logging::flush();
     std::process::exit(i32::from(res.is_err()));
+}
+
+/// The error and its causes on one line, `a: b: c`, leaving out a cause whose text the message
+/// before it already holds: many errors here (thiserror's `"...: {0}"` with `#[from]`) print
+/// their source themselves, and anyhow's `{:#}` would print it a second time.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if out.contains(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+    }
+    out
 }

@@ -341,9 +341,14 @@ fn a_bad_credential_provider_config_refuses_the_start() {
     assert!(
         out.contains(
             "Failed to register CRI auth plugins: failed to validate credential provider config"
-        ) && out.contains(&format!("{:?}", cfg))
+        ) && out.contains(&cfg.display().to_string())
             && out.contains("providers[0].defaultCacheDuration: Required value"),
         "{out}"
+    );
+    assert_eq!(
+        out.matches("defaultCacheDuration: Required value").count(),
+        1,
+        "the cause is printed once, not again by the error chain: {out}"
     );
     let out = run(
         &format!("{head}- {{name: q, matchImages: [r.io], defaultCacheDuration: 1m, apiVersion: {V1}}}\n"),

@@ -46,11 +46,11 @@ async fn image_gc_removes_unused_images_and_keeps_used_and_young_ones() {
     }
     env.stop_kubelet(Signal::SIGTERM);
 
-    // Forced: usage >= 1% triggers, free down to 0% (impossible), no minimum age.
-    env.extra_config = "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\n\
-                        imageMinimumGCAge: 0s\n"
-        .into();
-    env.join(&cp, &[]);
+    // Forced: usage >= 1% triggers, free down to 0% (impossible), no minimum age. The zero age
+    // comes as a flag: `imageMinimumGCAge: 0s` in a file means "unset" (the 2m default), as
+    // upstream's v1beta1 defaulting has it; flags are not defaulted.
+    env.extra_config = "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\n".into();
+    env.join(&cp, &["--minimum-image-ttl-duration=0s"]);
     wait_async(Duration::from_secs(60), "unused images removed", || async {
         !present(&env, ENTRYPOINT).await && !present(&env, NONROOT).await
     })

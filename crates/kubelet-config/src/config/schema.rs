@@ -83,7 +83,7 @@ use Status::*;
 /// The fields, in types.go order. Defaults are those of v1.33 (the release rkubelet reports as
 /// its kubeletVersion); fields newer upstream releases added are accepted too.
 pub const FIELDS: &[Field] = &[
-    f("enableServer", Bool, "true", NotYet),
+    f("enableServer", Bool, "true", Implemented),
     f("staticPodPath", Str, "", Implemented),
     f("podLogsDir", Str, r#""/var/log/pods""#, Implemented),
     f("syncFrequency", Duration, r#""1m0s""#, Implemented),

@@ -583,3 +583,15 @@ fn logging_section_read_and_checked() {
         assert!(all.contains(want), "{want} in {all}");
     }
 }
+
+/// `enableServer: false` turns the 10250 server off; `port: 0` in a file is 10250 (upstream).
+#[test]
+fn enable_server_and_zero_port() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let c = parse(&format!("{head}port: 0\nenableServer: false\n"))
+        .unwrap()
+        .config;
+    assert_eq!((c.port, c.enable_server), (10250, false));
+    let c = parse(head).unwrap().config;
+    assert!(c.enable_server);
+}

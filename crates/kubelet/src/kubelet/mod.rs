@@ -236,7 +236,7 @@ pub async fn run_with(
     let node = w.node_identity()?;
     let cm = w.container_manager(&node, cgroups).await?;
     let pods = w.pod_runtime(&version, &node, &api, cm)?;
-    if cfg.port != 0 {
+    if cfg.enable_server && cfg.port != 0 {
         w.secure_server(&node, &api, &stats, &pods).await?;
     }
     let eviction = w.eviction(&api, &stats, &pods)?;
