@@ -199,11 +199,15 @@ async fn sandbox_ids(env: &Env) -> std::collections::BTreeSet<String> {
 async fn swap_from_upstream_keeps_every_container() {
     let bin = upstream_kubelet();
     let cp = ControlPlane::up("upstream-swap");
-    let env = Env::new(INDEX);
+    // Declared before the Env, so dropped after it: once containerd is down, what upstream left
+    // mounted under the Env's dir (its root dir bind-mounted onto itself, made rshared, and pod
+    // volumes) is unmounted and the dir removed; Env's own removal gave up on those mounts.
     let _cleanup = HostCleanup {
-        dir: env.dir.clone(),
+        dir: std::path::PathBuf::from(format!("/tmp/rkt-{INDEX}-{}", std::process::id())),
         tunables: read_tunables(),
     };
+    let env = Env::new(INDEX);
+    assert_eq!(env.dir, _cleanup.dir, "HostCleanup names the Env's dir");
     let node = env.node.clone();
     let static_name = format!("swap-static-{node}");
     make_cgroup_root(&env.cgroup_root());

@@ -101,8 +101,8 @@ pub fn read_tunables() -> Vec<(String, String)> {
 
 /// Both kubelets log under /var/log/pods and link from /var/log/containers (the same command
 /// line means upstream's defaults); this removes what this test's pods left there, restores the
-/// host's kernel tunables, and unmounts
-/// whatever is still mounted under the Env's dir (tmpfs of secret volumes) before the Env drops.
+/// host's kernel tunables, and, dropped after the Env, unmounts whatever is still mounted under
+/// the Env's dir (upstream's rshared root-dir bind, tmpfs of secret volumes) and removes the dir.
 pub struct HostCleanup {
     pub dir: PathBuf,
     pub tunables: Vec<(String, String)>,
@@ -140,6 +140,7 @@ impl Drop for HostCleanup {
         for m in mounts {
             let _ = Command::new("umount").arg("-l").arg(&m).status();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
