@@ -18,6 +18,10 @@ cargo fmt --all -- --check
 log "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# What an earlier run that was killed half-way left behind is not this run's: remove it first
+# (only things whose owning test process is gone), so the check below sees this run alone.
+"$HACK_DIR/clean-stale.sh"
+
 log "cargo test (unit + integration)"
 cargo test --workspace --locked --no-fail-fast
 

@@ -211,6 +211,9 @@ async fn swap_from_upstream_keeps_every_container() {
     let node = env.node.clone();
     let static_name = format!("swap-static-{node}");
     make_cgroup_root(&env.cgroup_root());
+    // If this process is killed before HostCleanup runs, hack/clean-stale.sh restores the host's
+    // tunables from this file.
+    save_tunables(&env.dir.join("host-tunables"), &_cleanup.tunables);
 
     // One config file and one command line for both kubelets: the fields and flags upstream 1.20
     // knows (podLogsDir and --container-logs-dir are newer, so both use /var/log/pods and

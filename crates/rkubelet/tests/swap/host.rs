@@ -99,6 +99,13 @@ pub fn read_tunables() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Writes `key=value` lines (keys relative to /proc/sys) for hack/clean-stale.sh, which restores
+/// them when the test process died without dropping its [`HostCleanup`].
+pub fn save_tunables(path: &Path, tunables: &[(String, String)]) {
+    let text: String = tunables.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    std::fs::write(path, text).expect("write the saved host tunables");
+}
+
 /// Both kubelets log under /var/log/pods and link from /var/log/containers (the same command
 /// line means upstream's defaults); this removes what this test's pods left there, restores the
 /// host's kernel tunables, and, dropped after the Env, unmounts whatever is still mounted under
