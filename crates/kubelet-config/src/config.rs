@@ -496,7 +496,10 @@ fn layered(
         errors.extend(errs.into_iter().map(|e| format!("{}: {e}", path.display())));
         schema::merge(&mut tree, &l, schema::Merge::DropIn, "");
     }
+    // Upstream's v1beta1 defaulting runs on the decoded file (and drop-ins), then the flags are
+    // applied over the result without defaulting: one pass, here, before the flags.
     zero_defaults::apply(&mut tree, &set);
+    node_status::apply_defaults(&mut tree, |p| set.contains(p));
     for (path, v) in flags {
         match (path.as_str(), v) {
             ("featureGates", Value::Object(gates)) => {
@@ -519,9 +522,6 @@ fn layered(
             _ => {}
         }
     }
-    node_status::apply_defaults(&mut tree, |p| {
-        set.contains(p) || flags.iter().any(|(f, _)| f == p)
-    });
     validate_tree(&tree, &mut errors);
     let cfg = from_tree(tree, &mut errors, &mut warnings);
     validate(&cfg, &mut errors);

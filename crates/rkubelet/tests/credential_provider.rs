@@ -326,7 +326,6 @@ fn a_bad_credential_provider_config_refuses_the_start() {
             .arg(format!("--root-dir={}", root.display()))
             .arg("--container-runtime-endpoint=unix:///nonexistent/cri.sock")
             .arg("--fail-swap-on=false")
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .output()
             .expect("run rkubelet");

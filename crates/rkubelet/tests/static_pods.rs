@@ -609,7 +609,6 @@ fn invalid_config_lists_every_error_and_exits() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkubelet"))
         .arg("--config")
         .arg(&cfg)
-        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);

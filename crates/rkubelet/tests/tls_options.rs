@@ -146,7 +146,6 @@ fn bad_tls_settings_stop_the_start() {
             .arg(env.config_path())
             .args(["--root-dir", &env.root.display().to_string()])
             .args(args)
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .output()
             .expect("run rkubelet");

@@ -81,8 +81,11 @@ fn duration_at(tree: &Value, path: &str) -> Option<Duration> {
         .and_then(|s| parse_duration(s).ok())
 }
 
-/// Upstream's v1beta1 defaulting of these fields on the merged tree (so `/configz` shows the
-/// result); `explicit` says whether a file, drop-in or flag set a field:
+/// Upstream's v1beta1 defaulting of these fields on the merged file and drop-in layers, before
+/// the flags are applied (so `/configz` shows the result); `explicit` says whether a file or
+/// drop-in set a field. Flags are not defaulted, as upstream: `--node-status-update-frequency=4s`
+/// without a file leaves the report frequency at 5m, where `nodeStatusUpdateFrequency: 4s` in the
+/// file makes it 4s too.
 /// - a zero `nodeStatusUpdateFrequency` is 10s; a zero or unset `nodeStatusReportFrequency` is
 ///   `nodeStatusUpdateFrequency` when that was set (backward compatibility), else 5m;
 /// - a zero `nodeLeaseDurationSeconds` is 40;
@@ -373,15 +376,19 @@ mod tests {
             )
         );
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
-        // A flag counts as set: the report frequency follows it.
+        // Upstream defaults the file, not the flags (v1beta1 SetDefaults runs on the decoded file;
+        // the flags are applied afterwards): the report frequency keeps its 5m default.
         let l = super::super::load(&super::super::Sources {
             flags: vec![("nodeStatusUpdateFrequency".into(), "7s".into())],
             ..Default::default()
         })
         .unwrap();
         assert_eq!(
-            l.config.node_status.report_frequency,
-            Duration::from_secs(7)
+            (
+                l.config.node_status.update_frequency,
+                l.config.node_status.report_frequency
+            ),
+            (Duration::from_secs(7), Duration::from_secs(300))
         );
         for (body, want) in [
             (

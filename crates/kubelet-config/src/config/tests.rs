@@ -595,3 +595,35 @@ fn enable_server_and_zero_port() {
     let c = parse(head).unwrap().config;
     assert!(c.enable_server);
 }
+
+/// The node status defaulting runs on the file, before the flags, as upstream's: a flag update
+/// frequency leaves the report frequency at its default, where the same value in the file makes
+/// the report frequency follow it (upstream's backward-compatibility rule).
+#[test]
+fn node_status_defaulting_sees_the_file_not_the_flags() {
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let flag = vec![("nodeStatusUpdateFrequency".to_string(), Value::from("4s"))];
+    let by_flag = layered(Some((head, None)), &[], &flag).expect("flag accepted");
+    let by_file = layered(
+        Some((&format!("{head}nodeStatusUpdateFrequency: 4s\n"), None)),
+        &[],
+        &[],
+    )
+    .expect("file accepted");
+    let report = |l: &Loaded| {
+        (
+            l.config.node_status.update_frequency,
+            l.config.node_status.report_frequency,
+        )
+    };
+    assert_eq!(
+        report(&by_flag),
+        (Duration::from_secs(4), Duration::from_secs(300)),
+        "flag: report stays 5m"
+    );
+    assert_eq!(
+        report(&by_file),
+        (Duration::from_secs(4), Duration::from_secs(4)),
+        "file: report follows"
+    );
+}

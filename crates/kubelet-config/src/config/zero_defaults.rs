@@ -13,7 +13,8 @@
 //! Applied to the merged file and drop-in layers, before the flags: an explicit `--sync-frequency=0`
 //! is still refused, as upstream's flag path does not default. The node status fields
 //! (`nodeStatusUpdateFrequency`, `nodeStatusReportFrequency` with its backward-compatibility rule,
-//! `nodeLeaseDurationSeconds`) are defaulted by [`super::node_status::apply_defaults`].
+//! `nodeLeaseDurationSeconds`) are defaulted by [`super::node_status::apply_defaults`], called
+//! right after this pass with the same idea of "set": a file or drop-in, never a flag.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
