@@ -852,8 +852,13 @@ async fn image_pull_policies_pull_from_a_registry() {
         &pull_pod("named", &named, "IfNotPresent", SLEEPER),
     );
     let pod = env.wait_running("named");
-    assert_eq!(container_status(&pod, "main").image, named);
     let img = env.image_status(&named).await.expect("pulled by name");
+    // The status shows the runtime's image, as upstream's: containerd 1.6 answers with the image's
+    // first repo tag (it ignores the user_specified_image rkubelet sends), and this image now has
+    // two, the registry's address and the name.
+    assert!(img.repo_tags.contains(&named), "{:?}", img.repo_tags);
+    assert_eq!(img.repo_tags.len(), 2, "{:?}", img.repo_tags);
+    assert_eq!(container_status(&pod, "main").image, img.repo_tags[0]);
     assert!(
         img.repo_digests
             .contains(&format!("{name}/rk/busybox@{pulled_digest}")),

@@ -161,6 +161,13 @@ fn container_statuses(
                     st.state = Some(state_of(s, cx.runtime_name));
                     st.container_id = Some(format!("{}://{}", cx.runtime_name, s.id));
                     st.image_id = s.image_ref.clone();
+                    // Upstream `toKubeContainerStatus` shows the runtime's image, not the spec's
+                    // text: a runtime that honours CRI `user_specified_image` (containerd 2)
+                    // answers with the spec's image, containerd 1.6 with the image's first repo
+                    // tag (`busybox` shows as `docker.io/library/busybox:latest`).
+                    if !s.image.is_empty() {
+                        st.image = s.image.clone();
+                    }
                     st.restart_count = s.restart_count;
                     let running = s.state == ContainerState::Running;
                     let started = cx.probes.is_started(
@@ -666,6 +673,7 @@ mod tests {
             },
             hash: labels::container_hash(spec),
             restart_count: restarts,
+            image: format!("docker.io/library/{}", spec.image.as_deref().unwrap_or("")),
             image_ref: "sha256:abc".into(),
             is_init: podutil::init_containers(p).iter().any(|c| c.name == name),
             ..Default::default()
@@ -752,6 +760,33 @@ mod tests {
         assert_eq!(cs.container_id.as_deref(), Some("containerd://a-2"));
         assert!(cs.ready && cs.started == Some(true));
         assert_eq!(cs.image_id, "sha256:abc");
+        assert_eq!(cs.image, "docker.io/library/img:1", "the runtime's image");
+    }
+
+    /// A container the runtime has not created yet shows the spec's image, a created one the
+    /// runtime's (upstream: the default status, then `toKubeContainerStatus`).
+    #[test]
+    fn image_is_the_spec_until_the_runtime_has_one() {
+        use ContainerState::*;
+        let p = pod("Always", &[], &["a", "b"]);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr(&p, "a", Running, 0, 2, 0)],
+        };
+        let s = gen(&p, &rt, &Reasons::new(), None);
+        let images: Vec<_> = s
+            .container_statuses
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.name, c.image))
+            .collect();
+        assert_eq!(
+            images,
+            [
+                ("a".to_string(), "docker.io/library/img:1".to_string()),
+                ("b".to_string(), "img:1".to_string())
+            ]
+        );
     }
 
     #[test]
