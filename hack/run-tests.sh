@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds every test binary of the workspace once, then runs them two at a time, as
+# `cargo test --workspace --no-fail-fast` would one at a time: each integration test waits on
+# containerd, the apiserver and timers far more than it computes, and each uses its own Env
+# index (bridge, ports, dirs, cgroups), so two binaries side by side halve the suite's wall time
+# on two cores. A few binaries measure or change the host as a whole and run alone afterwards
+# (SERIAL below, with the reason). Every binary runs to the end even when another failed; the
+# script fails if any did, and prints each binary's output as it finishes, with its wall time.
+#
+#   hack/run-tests.sh [LANES]     LANES parallel binaries (default 2; 1 = one at a time)
+#   RK_TEST_FILTER=REGEX          only the binaries whose name matches (for a partial run)
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_cmd cargo jq
+
+LANES="${1:-2}"
+[[ "$LANES" =~ ^[1-9]$ ]] || die "LANES must be 1..9, got '$LANES'"
+
+# Binaries that must not share the host with another test binary:
+# - eviction: thresholds sit just below the machine's real memory.available / disk space;
+#   another binary's pods would move them.
+# - upstream_swap: upstream's kubelet sets host kernel tunables (kernel.panic, overcommit) and
+#   logs under the host's /var/log/pods.
+# - stats, metrics, cadvisor, overhead, oom: read node-wide CPU, memory and cgroup figures.
+# - kubeadm: a whole cluster (two nodes, kube-proxy's iptables) and the most CPU of any test.
+SERIAL=" eviction upstream_swap stats metrics cadvisor overhead oom kubeadm "
+
+work="$(mktemp -d /tmp/run-tests.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+history="$RK_CACHE/test-durations.tsv" # name<TAB>seconds of the last run, to start the longest first
+mkdir -p "$RK_CACHE"
+touch "$history"
+
+log "building the test binaries"
+cargo test --workspace --locked --no-run --message-format=json-render-diagnostics |
+    jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+           | [.target.name, .target.kind[0], .executable, (.manifest_path | rtrimstr("/Cargo.toml"))]
+           | @tsv' >"$work/all.tsv"
+[[ -s "$work/all.tsv" ]] || die "cargo built no test binary"
+if [[ -n "${RK_TEST_FILTER:-}" ]]; then
+    awk -F'\t' -v re="$RK_TEST_FILTER" '$1 ~ re' "$work/all.tsv" >"$work/filtered.tsv"
+    mv "$work/filtered.tsv" "$work/all.tsv"
+fi
+
+# name kind exe dir -> "seconds<TAB>id<TAB>exe<TAB>dir", longest (by the last run) first.
+order() {
+    local name kind exe dir id secs
+    while IFS=$'\t' read -r name kind exe dir; do
+        id="$name"
+        [[ "$kind" == test ]] || id="$name ($kind unit tests)"
+        secs="$(awk -F'\t' -v n="$id" '$1 == n {print $2}' "$history" | tail -1)"
+        printf '%s\t%s\t%s\t%s\n' "${secs:-0}" "$id" "$exe" "$dir"
+    done | sort -t$'\t' -k1,1nr | cut -f2-
+}
+awk -F'\t' -v s="$SERIAL" 'index(s, " " $1 " ") == 0' "$work/all.tsv" | order >"$work/parallel.tsv"
+awk -F'\t' -v s="$SERIAL" 'index(s, " " $1 " ") != 0' "$work/all.tsv" | order >"$work/serial.tsv"
+
+# run_one ID EXE DIR: runs one binary in its package dir (as cargo does), then prints its whole
+# output at once (under a lock, so two outputs never interleave) and records its result.
+run_one() {
+    local id="$1" exe="$2" dir="$3" out rc start secs
+    out="$work/out.$RANDOM$RANDOM"
+    start=$SECONDS
+    rc=0
+    (cd "$dir" && "$exe") >"$out" 2>&1 </dev/null || rc=$?
+    secs=$((SECONDS - start))
+    {
+        flock 8
+        printf '\n     Running %s (%s), %ss, exit %s\n' "$id" "${exe#"$REPO_ROOT"/}" "$secs" "$rc"
+        cat "$out"
+        printf '%s\t%s\t%s\n' "$id" "$secs" "$rc" >>"$work/results.tsv"
+    } 8>"$work/print.lock"
+    rm -f "$out"
+}
+
+run_list() {
+    local lanes="$1" list="$2" id exe dir
+    while IFS=$'\t' read -r id exe dir; do
+        while (($(jobs -rp | wc -l) >= lanes)); do wait -n || true; done
+        run_one "$id" "$exe" "$dir" &
+    done <"$list"
+    wait
+}
+
+started=$SECONDS
+log "running $(wc -l <"$work/parallel.tsv") test binaries, $LANES at a time"
+run_list "$LANES" "$work/parallel.tsv"
+log "running $(wc -l <"$work/serial.tsv") test binaries alone:$SERIAL"
+run_list 1 "$work/serial.tsv"
+doc_rc=0
+if [[ -z "${RK_TEST_FILTER:-}" ]]; then
+    log "doc tests"
+    cargo test --workspace --locked --doc || doc_rc=$?
+fi
+
+# Remember this run's durations for the next run's order (a partial run updates its own).
+awk -F'\t' 'NR == FNR {new[$1] = $2; next} !($1 in new) {print} END {for (n in new) print n "\t" new[n]}' \
+    "$work/results.tsv" "$history" >"$work/history.tsv" && cp "$work/history.tsv" "$history"
+
+failed="$(awk -F'\t' '$3 != 0 {print "  " $1 " (exit " $3 ")"}' "$work/results.tsv")"
+log "test binaries: $(wc -l <"$work/results.tsv") run in $((SECONDS - started))s; slowest:"
+sort -t$'\t' -k2,2nr "$work/results.tsv" | head -8 | awk -F'\t' '{printf "  %5ss  %s\n", $2, $1}' >&2
+if [[ -n "$failed" || "$doc_rc" -ne 0 ]]; then
+    [[ -z "$failed" ]] || log "FAILED:"$'\n'"$failed"
+    [[ "$doc_rc" -eq 0 ]] || log "FAILED: doc tests (exit $doc_rc)"
+    exit 1
+fi
+log "every test binary passed"
