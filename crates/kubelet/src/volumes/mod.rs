@@ -540,18 +540,35 @@ pub fn tear_down_pod(pod_dir: &Path) -> Result<(), VolumeError> {
             return Ok(());
         }
         for p in below {
-            match umount2(&p, MntFlags::empty()) {
-                Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
-                Err(Errno::EBUSY) => umount2(&p, MntFlags::MNT_DETACH)
-                    .map_err(|source| VolumeError::Unmount { path: p, source })?,
-                Err(source) => return Err(VolumeError::Unmount { path: p, source }),
+            let start = std::time::Instant::now();
+            let res = match umount2(&p, MntFlags::empty()) {
+                Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => Ok(()),
+                Err(Errno::EBUSY) => umount2(&p, MntFlags::MNT_DETACH),
+                Err(source) => Err(source),
+            };
+            if is_local_pv_mount(&p) {
+                crate::metrics::record_storage_operation(
+                    persistent::LOCAL_PLUGIN_NAME,
+                    "volume_unmount",
+                    start.elapsed(),
+                    res.is_ok(),
+                );
             }
+            res.map_err(|source| VolumeError::Unmount { path: p, source })?;
         }
     }
     match mounts_below(pod_dir)?.into_iter().next() {
         Some(path) => Err(VolumeError::StillMounted { path }),
         None => Ok(()),
     }
+}
+
+/// `<pod>/volumes/kubernetes.io~local-volume/<pv>`: a local PV's bind mount, whose unmount is
+/// a `volume_unmount` operation in the metrics.
+fn is_local_pv_mount(p: &Path) -> bool {
+    p.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == persistent::LOCAL_PLUGIN)
 }
 
 /// Upstream's volume manager for a terminated pod (the desired state of world drops its volumes,

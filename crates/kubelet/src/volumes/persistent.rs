@@ -19,6 +19,8 @@ use crate::admission::{term_matches, NodeView};
 
 /// Upstream's escaped plugin name of `kubernetes.io/local-volume`.
 pub const LOCAL_PLUGIN: &str = "kubernetes.io~local-volume";
+/// The plugin's name in metrics.
+pub const LOCAL_PLUGIN_NAME: &str = "kubernetes.io/local-volume";
 /// Upstream's directory under the pod directory for block volumes' device links.
 pub const VOLUME_DEVICES_DIR: &str = "volumeDevices";
 
@@ -132,10 +134,30 @@ fn set_up_local_dir(
     read_only: bool,
     fs_group: FsGroup,
 ) -> Result<(), VolumeError> {
-    use nix::mount::{mount, MsFlags};
     if mounted_fs_type(dir)?.is_some() {
         return Ok(());
     }
+    // Timed from here: an operation only when the volume was not mounted yet, as upstream's
+    // reconciler runs MountVolume only for volumes not in the actual state.
+    let start = std::time::Instant::now();
+    let res = mount_local_dir(source, dir, pods_root, read_only, fs_group);
+    crate::metrics::record_storage_operation(
+        LOCAL_PLUGIN_NAME,
+        "volume_mount",
+        start.elapsed(),
+        res.is_ok(),
+    );
+    res
+}
+
+fn mount_local_dir(
+    source: &Path,
+    dir: &Path,
+    pods_root: &Path,
+    read_only: bool,
+    fs_group: FsGroup,
+) -> Result<(), VolumeError> {
+    use nix::mount::{mount, MsFlags};
     let meta = std::fs::metadata(source).map_err(io("stat local volume path", source))?;
     if !meta.is_dir() {
         return Err(VolumeError::LocalPath {
@@ -215,8 +237,15 @@ fn map_device(pod_dir: &Path, pv_name: &str, device: &Path) -> Result<PathBuf, V
         Ok(_) => std::fs::remove_file(&link).map_err(io("remove stale device link", &link))?,
         Err(_) => {}
     }
-    std::os::unix::fs::symlink(device, &link).map_err(io("link block device", &link))?;
-    Ok(link)
+    let start = std::time::Instant::now();
+    let res = std::os::unix::fs::symlink(device, &link).map_err(io("link block device", &link));
+    crate::metrics::record_storage_operation(
+        LOCAL_PLUGIN_NAME,
+        "map_volume",
+        start.elapsed(),
+        res.is_ok(),
+    );
+    res.map(|()| link)
 }
 
 /// Upstream `GetVolumesInUse` for the node status's `volumesInUse`: the unique names
