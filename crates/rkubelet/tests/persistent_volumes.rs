@@ -306,7 +306,7 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
 }
 
 #[tokio::test]
-async fn pv_node_affinity_of_another_node_fails_the_mount() {
+async fn pv_node_affinity_fails_the_mount_and_host_path_pvs_work() {
     let cp = ControlPlane::up("pv2");
     cp.start_controller_manager(&BINDER);
     let mut env = Env::new(169);
@@ -341,6 +341,53 @@ async fn pv_node_affinity_of_another_node_fails_the_mount() {
     );
     assert!(mounts_below(&env.root).is_empty());
     delete_pod(&cp, "elsewhere");
+
+    // A hostPath PV has no node affinity to check and is used in place, after its type check.
+    let hp = data.join("hp");
+    let pv = format!(
+        r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: hostpath-169}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  claimRef: {{namespace: default, name: hp}}
+  hostPath: {{path: {:?}, type: DirectoryOrCreate}}
+"#,
+        hp.display().to_string()
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&pv));
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&claim("hp", "Filesystem")));
+    let pod = pvc_pod(
+        "hostpath",
+        &env.node,
+        "echo there > /data/f && trap 'exit 0' TERM; while true; do sleep 1; done",
+        "",
+        false,
+    )
+    .replace("claimName: data", "claimName: hp");
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod));
+    running(&cp, "hostpath");
+    wait_until(
+        Duration::from_secs(10),
+        "written through the hostPath PV",
+        || std::fs::read_to_string(hp.join("f")).ok(),
+    );
+    assert_eq!(std::fs::read_to_string(hp.join("f")).unwrap(), "there\n");
+    // The subPath is the only mount the pod has below its directory; the PV itself is in place.
+    let below = mounts_below(&env.root);
+    assert!(
+        below.iter().all(|m| m.contains("/volume-subpaths/")),
+        "{below:?}"
+    );
+    delete_pod(&cp, "hostpath");
+    wait_until(
+        Duration::from_secs(30),
+        "hostpath pod's mounts gone",
+        || mounts_below(&env.root).is_empty().then_some(()),
+    );
+    assert_eq!(std::fs::read_to_string(hp.join("f")).unwrap(), "there\n");
 }
 
 #[tokio::test]
