@@ -44,6 +44,8 @@ pub struct Metrics {
     /// Upstream `pkg/credentialprovider/plugin/metrics.go`.
     pub credential_provider_plugin_errors: IntCounterVec,
     pub credential_provider_plugin_duration: HistogramVec,
+    /// Upstream `pkg/volume/util/metrics.go` `storage_operation_duration_seconds`.
+    pub storage_operation_duration: HistogramVec,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -180,6 +182,14 @@ impl Metrics {
                 prometheus::DEFAULT_BUCKETS.to_vec(),
                 &["plugin_name"],
             ),
+            storage_operation_duration: histogram_vec(
+                "storage_operation_duration_seconds",
+                "Storage operation duration",
+                vec![
+                    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+                ],
+                &["volume_plugin", "operation_name", "status", "migrated"],
+            ),
             prober_probe_duration: histogram_vec(
                 "prober_probe_duration_seconds",
                 "Duration in seconds for a probe response.",
@@ -205,6 +215,7 @@ impl Metrics {
             Box::new(m.evictions.clone()),
             Box::new(m.credential_provider_plugin_errors.clone()),
             Box::new(m.credential_provider_plugin_duration.clone()),
+            Box::new(m.storage_operation_duration.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("unique metric names");
@@ -261,6 +272,17 @@ pub fn record_runtime_operation(op: &'static str, elapsed: Duration, ok: bool) {
     }
 }
 
+/// Records one volume operation (upstream `OperationCompleteHook`): `plugin` as
+/// `kubernetes.io/local-volume`, `op` as `volume_mount`, `volume_unmount`, `map_volume`;
+/// status `success` or `fail-unknown`, never migrated (no in-tree plugin is migrated here).
+pub fn record_storage_operation(plugin: &str, op: &str, elapsed: Duration, ok: bool) {
+    let status = if ok { "success" } else { "fail-unknown" };
+    get()
+        .storage_operation_duration
+        .with_label_values(&[plugin, op, status, "false"])
+        .observe(elapsed.as_secs_f64());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +293,12 @@ mod tests {
         record_runtime_operation("list_pod_sandbox", Duration::from_millis(3), true);
         record_runtime_operation("start_container", Duration::from_millis(30), false);
         get().pod_start_duration.observe(1.5);
+        record_storage_operation(
+            "kubernetes.io/local-volume",
+            "volume_unmount",
+            Duration::from_millis(2),
+            false,
+        );
         let text = String::from_utf8(get().render()).unwrap();
         for want in [
             "kubelet_node_name{node=\"n1\"} 1",
@@ -279,6 +307,7 @@ mod tests {
             "# TYPE kubelet_runtime_operations_duration_seconds histogram",
             "kubelet_pod_start_duration_seconds_bucket{le=\"2\"}",
             "# TYPE kubelet_running_pods gauge",
+            "storage_operation_duration_seconds_count{migrated=\"false\",operation_name=\"volume_unmount\",status=\"fail-unknown\",volume_plugin=\"kubernetes.io/local-volume\"} 1",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -503,7 +503,7 @@ fn node_affinity_matches(pod: &Pod, node: &NodeView) -> bool {
 /// Upstream `nodeSelectorTerm.match`: an empty term matches nothing, a term with an invalid
 /// requirement never matches, otherwise all its expressions and fields must hold. Fields are only
 /// checked when the node has a name, as upstream builds `metadata.name` only then.
-fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> bool {
+pub(crate) fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> bool {
     let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
     let fields = term.match_fields.as_deref().unwrap_or(&[]);
     if exprs.is_empty() && fields.is_empty() {

@@ -483,6 +483,8 @@ impl Wiring<'_> {
             crash_loop_max: cfg.crash_loop_max_restart_period,
             seccomp_default: cfg.seccomp_default,
             runtime_classes: crate::runtime::runtime_class::RuntimeClasses::new(api.client.clone()),
+            claims: crate::volumes::claims::ClaimSource::new(api.client.clone()),
+            node_labels: node_view.labels.clone(),
         });
         Ok(PodRuntime {
             ctx,
@@ -766,6 +768,7 @@ impl Wiring<'_> {
                     health: self.health.clone(),
                     eviction: eviction.clone(),
                     config: cfg.node_status,
+                    pods_dir: cfg.root_dir.join("pods"),
                 };
                 self.spawn(
                     tracing::info_span!("node"),

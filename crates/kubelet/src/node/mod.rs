@@ -48,6 +48,8 @@ pub struct NodeAgent {
     pub eviction: crate::eviction::EvictionHandle,
     /// The status and Lease cadence and `nodeStatusMaxImages`.
     pub config: NodeStatusConfig,
+    /// `<root-dir>/pods`, where `volumesInUse` is read from.
+    pub pods_dir: std::path::PathBuf,
 }
 
 impl NodeAgent {
@@ -211,6 +213,15 @@ impl NodeAgent {
                 last.as_ref(),
             );
             st.images = self.images().await;
+            let in_use = {
+                let dir = self.pods_dir.clone();
+                tokio::task::spawn_blocking(move || {
+                    crate::volumes::persistent::volumes_in_use(&dir)
+                })
+                .await
+                .unwrap_or_default()
+            };
+            st.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
             let due = last_report.is_none_or(|t| t.elapsed() >= self.config.report_frequency);
             if !due && last.as_ref().is_some_and(|l| !status::changed(l, &st)) {
                 continue;
@@ -219,6 +230,10 @@ impl NodeAgent {
             if st.images.is_none() {
                 // An emptied list must clear the field, not leave the last one in place.
                 patch["status"]["images"] = serde_json::Value::Null;
+            }
+            if st.volumes_in_use.is_none() {
+                // Likewise the last volume's tear down must clear `volumesInUse`.
+                patch["status"]["volumesInUse"] = serde_json::Value::Null;
             }
             match nodes
                 .patch_status(

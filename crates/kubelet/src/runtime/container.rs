@@ -25,6 +25,8 @@ pub struct RunContainerOptions {
     /// Bind mounts the kubelet provides: the volumeMounts (upstream `makeMounts`), then the
     /// managed /etc/hosts.
     pub mounts: Vec<api::Mount>,
+    /// Block volumes for the container's volumeDevices (upstream `makeBlockVolumes`).
+    pub devices: Vec<api::Device>,
     /// The user the image runs as, for runAsNonRoot and the default runAsUser.
     pub image_user: ImageUser,
     /// `<root-dir>/seccomp`, the base of Localhost seccomp profiles.
@@ -119,6 +121,7 @@ pub fn container_config(
             })
             .collect(),
         mounts: mounts(c, opts),
+        devices: opts.devices.clone(),
         labels: labels::container_labels(pod, c),
         annotations: labels::container_annotations(pod, c, restart_count, kind),
         log_path: log_path(c, restart_count),

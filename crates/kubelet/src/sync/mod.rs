@@ -73,6 +73,10 @@ pub struct SyncContext {
     pub seccomp_default: bool,
     /// RuntimeClass handlers for RunPodSandbox (read with the kubelet's client).
     pub runtime_classes: crate::runtime::runtime_class::RuntimeClasses,
+    /// PVCs and their PVs, read on each sync of a pod that uses one.
+    pub claims: crate::volumes::claims::ClaimSource,
+    /// The node's labels as it registers them (PV node affinity).
+    pub node_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -313,10 +317,16 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         .await;
     // Tokens come from the cache and are requested again only when due for a refresh.
     let tokens = ctx.tokens.fetch(pod).await;
+    // Upstream's populator reads each PVC and its PV whenever it processes the pod.
+    let claims = ctx.claims.resolve(pod).await;
     let inputs = VolumeInputs {
         objects,
         tokens,
         allocatable: ctx.allocatable.clone(),
+        pvs: volumes::PvInputs {
+            claims,
+            node_labels: ctx.node_labels.clone(),
+        },
     };
     match set_up_volumes(dir.clone(), pod.clone(), node_memory, inputs).await {
         Ok(v) => state.volumes = v,
@@ -324,9 +334,7 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             // A volume that was set up before and only failed to refresh (its configMap deleted,
             // the API server unreachable) keeps its last content and does not hold the pod
             // back: upstream's reconciler leaves a failed remount marked mounted.
-            let only_refreshes = errors
-                .iter()
-                .all(|e| state.volumes.get(&e.volume).is_some());
+            let only_refreshes = errors.iter().all(|e| state.volumes.has(&e.volume));
             for e in errors {
                 warn!(pod = %who, volume = %e.volume, error = %e.source, "volume set up failed");
                 ctx.recorder.pod_event(
@@ -423,6 +431,7 @@ struct VolumeInputs {
     tokens: crate::token::Tokens,
     allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    pvs: volumes::PvInputs,
 }
 
 /// [`volumes::set_up_pod`] on a blocking thread: it stats, creates and mounts.
@@ -439,7 +448,7 @@ async fn set_up_volumes(
             tokens: &inputs.tokens,
             allocatable: &inputs.allocatable,
         };
-        volumes::set_up_pod_with(&dir, &pod, node_memory, &i)
+        volumes::set_up_pod_with(&dir, &pod, node_memory, &i, &inputs.pvs)
     })
     .await
     .unwrap_or_else(|e| {

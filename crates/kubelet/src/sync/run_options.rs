@@ -110,9 +110,11 @@ pub async fn generate(
         .image_user(image_ref)
         .await
         .map_err(|e| config_error(format!("inspect image {image_ref}: {}", e.message())))?;
+    let devices = mounts::make_devices(c, volumes).map_err(|e| config_error(e.to_string()))?;
     Ok(RunContainerOptions {
         envs,
         mounts,
+        devices,
         image_user,
         seccomp_root: ctx.root_dir.join("seccomp"),
         seccomp_default: ctx.seccomp_default,

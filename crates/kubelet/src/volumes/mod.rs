@@ -1,6 +1,7 @@
 //! The volume manager for the node-local plugins (upstream `pkg/kubelet/volumemanager`, reduced to
 //! what a node does alone: no attach/detach, no CSI; configMap and secret volumes read their
-//! objects through [`crate::objects`]).
+//! objects through [`crate::objects`], PersistentVolumeClaims resolve to their PVs through
+//! [`claims`] and set up `local` and `hostPath` PVs through [`persistent`]).
 //!
 //! Upstream keeps a desired state of the world (the pods' volumes) and an actual state (what is
 //! mounted), reconciled by one loop, and rebuilds the actual state from disk after a restart. Here
@@ -11,12 +12,14 @@
 //! whatever the mount table shows under the pod directory, which also covers a crash.
 
 pub mod atomic_writer;
+pub mod claims;
 pub mod config_map;
 pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
 pub mod mounts;
 pub mod ownership;
+pub mod persistent;
 pub mod projected;
 pub mod subpath;
 
@@ -95,6 +98,14 @@ pub enum VolumeError {
     /// projected sources that could not be had, joined as upstream's aggregate error.
     #[error("{0}")]
     Projected(String),
+    /// A PVC that does not resolve to a bound PV (upstream's populator error, word for word).
+    #[error("{0}")]
+    Claim(String),
+    /// Upstream `CheckNodeAffinity`'s message.
+    #[error("no matching NodeSelectorTerms")]
+    NodeAffinity,
+    #[error("LocalVolume volume {pv:?}: {why}")]
+    LocalPath { pv: String, why: String },
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
@@ -106,28 +117,82 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
 }
 
 /// One volume that failed to set up; its Display is upstream's `FailedMount` event message.
-#[derive(Debug, thiserror::Error)]
-#[error("MountVolume.SetUp failed for volume {volume:?} : {source}")]
+#[derive(Debug)]
 pub struct SetUpError {
+    /// The pod's volume name.
     pub volume: String,
-    #[source]
     pub source: VolumeError,
 }
 
+impl std::fmt::Display for SetUpError {
+    /// Upstream's messages by the step that failed: the populator's error for a PVC that does
+    /// not resolve (`WaitForAttachAndMount`'s, as the kubelet's event shows it), the operation
+    /// generator's `GenerateError` otherwise (its volume name is the PV's for a claim; here the
+    /// pod's volume name throughout).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = &self.volume;
+        match &self.source {
+            VolumeError::Claim(e) => write!(
+                f,
+                "Unable to attach or mount volumes: unmounted volumes=[{v}], unattached volumes=[{v}]: {e}"
+            ),
+            VolumeError::NodeAffinity => write!(
+                f,
+                "MountVolume.NodeAffinity check failed for volume {v:?} : {}",
+                self.source
+            ),
+            e => write!(f, "MountVolume.SetUp failed for volume {v:?} : {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SetUpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// The host path of every volume of a pod that is set up, by volume name (what upstream's
-/// `GetMountedVolumesForPod` gives `makeMounts`).
+/// `GetMountedVolumesForPod` gives `makeMounts`), and of every block volume (what it gives
+/// `makeBlockVolumes`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodVolumes(pub BTreeMap<String, PathBuf>);
+pub struct PodVolumes {
+    pub paths: BTreeMap<String, PathBuf>,
+    /// Block PVs: the link to the device, by volume name.
+    pub devices: BTreeMap<String, PathBuf>,
+    /// Volumes whose PV claim says `readOnly` (the other read-only plugins show in their path).
+    pub read_only: std::collections::BTreeSet<String>,
+}
 
 impl PodVolumes {
+    pub fn new(paths: BTreeMap<String, PathBuf>) -> Self {
+        PodVolumes {
+            paths,
+            ..Default::default()
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&Path> {
-        self.0.get(name).map(PathBuf::as_path)
+        self.paths.get(name).map(PathBuf::as_path)
+    }
+
+    /// The device link of a block volume.
+    pub fn device(&self, name: &str) -> Option<&Path> {
+        self.devices.get(name).map(PathBuf::as_path)
+    }
+
+    /// Whether the volume was set up at all, as a directory or a device.
+    pub fn has(&self, name: &str) -> bool {
+        self.paths.contains_key(name) || self.devices.contains_key(name)
     }
 
     /// Whether containers get the volume read-only whatever their volumeMount says (upstream's
-    /// mounter attribute `ReadOnly`, true for configMap, secret, downwardAPI and projected). The plugin directory a
-    /// volume lives in tells its plugin.
+    /// mounter attribute `ReadOnly`, true for configMap, secret, downwardAPI and projected, and
+    /// for a PVC with `readOnly`). The plugin directory a volume lives in tells its plugin.
     pub fn is_read_only(&self, name: &str) -> bool {
+        if self.read_only.contains(name) {
+            return true;
+        }
         self.get(name)
             .and_then(Path::parent)
             .and_then(Path::file_name)
@@ -162,7 +227,15 @@ pub fn set_up_pod(
         tokens: &crate::token::Tokens::default(),
         allocatable: &BTreeMap::new(),
     };
-    set_up_pod_with(pod_dir, pod, node_memory, &inputs)
+    set_up_pod_with(pod_dir, pod, node_memory, &inputs, &PvInputs::default())
+}
+
+/// What PVC volumes need beyond the spec: the claims the sync resolved and the node's labels
+/// (PV node affinity).
+#[derive(Debug, Clone, Default)]
+pub struct PvInputs {
+    pub claims: claims::Claims,
+    pub node_labels: BTreeMap<String, String>,
 }
 
 /// [`set_up_pod`] with everything downwardAPI and projected volumes read: node allocatable (the
@@ -173,12 +246,36 @@ pub fn set_up_pod_with(
     pod: &Pod,
     node_memory: Option<u64>,
     inputs: &projected::Inputs<'_>,
+    pvs: &PvInputs,
 ) -> Result<PodVolumes, Vec<SetUpError>> {
     let memory_cap = empty_dir::pod_memory_limit(pod).or(node_memory);
     let fs_group = fs_group(pod);
+    let mut out = PodVolumes::default();
     let mut done = BTreeMap::new();
     let mut errors = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if v.persistent_volume_claim.is_some() {
+            match set_up_claim(pod_dir, pod, v, pvs) {
+                Ok(None) => {}
+                Ok(Some(persistent::PvSetUp::Dir { path, read_only })) => {
+                    if read_only {
+                        out.read_only.insert(v.name.clone());
+                    }
+                    done.insert(v.name.clone(), path);
+                }
+                Ok(Some(persistent::PvSetUp::Device { path, read_only })) => {
+                    if read_only {
+                        out.read_only.insert(v.name.clone());
+                    }
+                    out.devices.insert(v.name.clone(), path);
+                }
+                Err(source) => errors.push(SetUpError {
+                    volume: v.name.clone(),
+                    source,
+                }),
+            }
+            continue;
+        }
         let fresh =
             v.empty_dir.is_some() && !volume_dir(pod_dir, EMPTY_DIR_PLUGIN, &v.name).exists();
         let res = set_up_volume(pod_dir, pod, v, memory_cap, inputs).and_then(|path| {
@@ -196,10 +293,37 @@ pub fn set_up_pod_with(
         }
     }
     if errors.is_empty() {
-        Ok(PodVolumes(done))
+        out.paths = done;
+        Ok(out)
     } else {
         Err(errors)
     }
+}
+
+/// A PVC volume: the PV the sync resolved, set up by its source's plugin with the pod's fsGroup
+/// and `fsGroupChangePolicy` (upstream passes both to persistent volume plugins only). None when
+/// no container uses the volume (upstream leaves unused volumes out of the desired state).
+fn set_up_claim(
+    pod_dir: &Path,
+    pod: &Pod,
+    v: &Volume,
+    pvs: &PvInputs,
+) -> Result<Option<persistent::PvSetUp>, VolumeError> {
+    let claim = match pvs.claims.0.get(&v.name) {
+        None => return Ok(None),
+        Some(Err(e)) => return Err(VolumeError::Claim(e.clone())),
+        Some(Ok(c)) => c,
+    };
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group_change_policy.as_deref());
+    let fs = persistent::FsGroup {
+        gid: fs_group(pod),
+        policy: ownership::ChangePolicy::from_api(policy),
+    };
+    persistent::set_up(pod_dir, claim, &pvs.node_labels, fs).map(Some)
 }
 
 /// `spec.securityContext.fsGroup`, when it is a valid group ID.
@@ -292,13 +416,10 @@ fn set_up_volume(
     if let Some(hp) = &v.host_path {
         return host_path::set_up(hp);
     }
-    let kind = volume_kind(v);
-    let why = if kind == "persistentVolumeClaim" {
-        "it needs attach/detach or CSI, which this node's volume manager does not do"
-    } else {
-        "only emptyDir, hostPath, configMap, secret, downwardAPI and projected are"
-    };
-    Err(VolumeError::Unsupported { kind, why })
+    Err(VolumeError::Unsupported {
+        kind: volume_kind(v),
+        why: "only emptyDir, hostPath, configMap, secret, downwardAPI, projected and persistentVolumeClaim (local and hostPath PVs) are",
+    })
 }
 
 /// The API name of a volume's source, for messages.
@@ -372,7 +493,7 @@ fn unescape_octal(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn read_mountinfo() -> Result<Vec<MountEntry>, VolumeError> {
+pub(crate) fn read_mountinfo() -> Result<Vec<MountEntry>, VolumeError> {
     let path = Path::new("/proc/self/mountinfo");
     let text = std::fs::read_to_string(path).map_err(io("read", path))?;
     Ok(parse_mountinfo(&text))
@@ -419,18 +540,35 @@ pub fn tear_down_pod(pod_dir: &Path) -> Result<(), VolumeError> {
             return Ok(());
         }
         for p in below {
-            match umount2(&p, MntFlags::empty()) {
-                Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
-                Err(Errno::EBUSY) => umount2(&p, MntFlags::MNT_DETACH)
-                    .map_err(|source| VolumeError::Unmount { path: p, source })?,
-                Err(source) => return Err(VolumeError::Unmount { path: p, source }),
+            let start = std::time::Instant::now();
+            let res = match umount2(&p, MntFlags::empty()) {
+                Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => Ok(()),
+                Err(Errno::EBUSY) => umount2(&p, MntFlags::MNT_DETACH),
+                Err(source) => Err(source),
+            };
+            if is_local_pv_mount(&p) {
+                crate::metrics::record_storage_operation(
+                    persistent::LOCAL_PLUGIN_NAME,
+                    "volume_unmount",
+                    start.elapsed(),
+                    res.is_ok(),
+                );
             }
+            res.map_err(|source| VolumeError::Unmount { path: p, source })?;
         }
     }
     match mounts_below(pod_dir)?.into_iter().next() {
         Some(path) => Err(VolumeError::StillMounted { path }),
         None => Ok(()),
     }
+}
+
+/// `<pod>/volumes/kubernetes.io~local-volume/<pv>`: a local PV's bind mount, whose unmount is
+/// a `volume_unmount` operation in the metrics.
+fn is_local_pv_mount(p: &Path) -> bool {
+    p.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == persistent::LOCAL_PLUGIN)
 }
 
 /// Upstream's volume manager for a terminated pod (the desired state of world drops its volumes,
@@ -440,7 +578,11 @@ pub fn tear_down_pod(pod_dir: &Path) -> Result<(), VolumeError> {
 /// messages), as do the container logs.
 pub fn tear_down_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
     tear_down_pod(pod_dir)?;
-    for sub in ["volumes", mounts::SUBPATHS_DIR] {
+    for sub in [
+        "volumes",
+        mounts::SUBPATHS_DIR,
+        persistent::VOLUME_DEVICES_DIR,
+    ] {
         let dir = pod_dir.join(sub);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}

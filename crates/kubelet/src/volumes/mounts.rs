@@ -81,6 +81,32 @@ pub fn make_mounts(
     Ok(out)
 }
 
+/// Upstream `makeBlockVolumes`: one CRI device per volumeDevice, the host side being the link
+/// to the block device in the pod's `volumeDevices` directory (the runtime resolves it);
+/// `mrw`, or `r` for a claim with `readOnly`.
+pub fn make_devices(c: &Container, volumes: &PodVolumes) -> Result<Vec<api::Device>, MountsError> {
+    let mut out = Vec::new();
+    for d in c.volume_devices.iter().flatten() {
+        let Some(path) = volumes.device(&d.name) else {
+            return Err(MountsError::UnknownVolume {
+                volume: d.name.clone(),
+                container: c.name.clone(),
+            });
+        };
+        out.push(api::Device {
+            container_path: d.device_path.clone(),
+            host_path: path.to_string_lossy().into_owned(),
+            permissions: if volumes.is_read_only(&d.name) {
+                "r"
+            } else {
+                "mrw"
+            }
+            .to_string(),
+        });
+    }
+    Ok(out)
+}
+
 /// Upstream `ExpandContainerVolumeMounts`: unlike env expansion, an unknown or empty variable is
 /// an error naming every such variable, since an unexpanded subPath would mount the wrong place.
 pub fn expand_sub_path_expr(expr: &str, envs: &[EnvVar]) -> Result<String, MountsError> {

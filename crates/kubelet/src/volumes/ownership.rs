@@ -5,9 +5,8 @@
 //!
 //! Which plugins call it, and with which policy, follows upstream 1.20: emptyDir once when it is
 //! created, configMap and secret (read-only) after every payload write, all with no policy, i.e.
-//! a full walk; `fsGroupChangePolicy` only reaches plugins for persistent volumes in upstream,
-//! which this node does not have, but the policy is implemented here as upstream's
-//! `skipPermissionChange` so such plugins (and callers that pass it) get it.
+//! a full walk; `fsGroupChangePolicy` only reaches plugins for persistent volumes in upstream:
+//! here the `local` PV plugin ([`super::persistent`]), as upstream's `skipPermissionChange`.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

@@ -187,7 +187,7 @@ fn mounts_from_volume_mounts() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("data");
     std::fs::create_dir(&vol).unwrap();
-    let vols = PodVolumes([("data".to_string(), vol.clone())].into_iter().collect());
+    let vols = PodVolumes::new([("data".to_string(), vol.clone())].into_iter().collect());
     let c = Container {
         name: "app".into(),
         volume_mounts: Some(vec![VolumeMount {
@@ -307,16 +307,40 @@ fn unsupported_volumes_fail_by_name_and_type() {
         ]}
     }))
     .unwrap();
-    let errs = set_up_pod(tmp.path(), &pod, None, &Default::default()).unwrap_err();
+    // The sync resolved the claim and found it unbound (claims::ClaimSource::resolve).
+    let pvs = PvInputs {
+        claims: claims::Claims(
+            [(
+                "data".to_string(),
+                Err("error processing PVC default/c: PVC is not bound".to_string()),
+            )]
+            .into_iter()
+            .collect(),
+        ),
+        node_labels: Default::default(),
+    };
+    let objects = Objects::default();
+    let tokens = crate::token::Tokens::default();
+    let allocatable = BTreeMap::new();
+    let inputs = projected::Inputs {
+        objects: &objects,
+        tokens: &tokens,
+        allocatable: &allocatable,
+    };
+    let errs = set_up_pod_with(tmp.path(), &pod, None, &inputs, &pvs).unwrap_err();
     let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(msgs[0].starts_with(
         "MountVolume.SetUp failed for volume \"share\" : volume type nfs is not supported"
     ));
-    assert!(msgs[1].starts_with(
-        "MountVolume.SetUp failed for volume \"data\" : volume type persistentVolumeClaim"
-    ));
-    assert!(msgs[1].contains("CSI"));
+    // Upstream's WaitForAttachAndMount message with the populator's error.
+    assert_eq!(
+        msgs[1],
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data]: error processing PVC default/c: PVC is not bound"
+    );
+    // A claim no container uses is not resolved, and not set up.
+    let none = set_up_pod(tmp.path(), &pod, None, &Default::default()).unwrap_err();
+    assert_eq!(none.len(), 1);
 }
 
 #[test]
