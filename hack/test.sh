@@ -22,8 +22,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # (only things whose owning test process is gone), so the check below sees this run alone.
 "$HACK_DIR/clean-stale.sh"
 
-log "cargo test (unit + integration)"
-cargo test --workspace --locked --no-fail-fast
+log "tests (unit + integration): hack/run-tests.sh"
+"$HACK_DIR/run-tests.sh" 2
 
 # Integration tests use /tmp/rkt-*, cgroups /rkt-* and bridges rkbr101..rkbr255; nothing of theirs
 # may survive.
