@@ -190,12 +190,16 @@ cmd_node_up() {
     ip route add "10.88.$index.0/24" via "10.99.$index.2"
     nsenter --net="/run/netns/$ns" sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 
-    # Host mount points that did not exist: made here, removed by node-down.
+    # Host mount points that did not exist: made here, removed by node-down. Likewise the host
+    # files kube-proxy's DaemonSet makes through hostPath FileOrCreate (/run is not private).
     for d in "${NODE_BINDS[@]}" /lib/modules; do
         if [[ ! -e "$d" ]]; then
             mkdir -p "$d"
             echo "$d" >>"$nodedir/created-dirs"
         fi
+    done
+    for d in /run/xtables.lock; do
+        [[ -e "$d" ]] || echo "$d" >>"$nodedir/absent-files"
     done
     local script="set -e"
     for d in "${NODE_BINDS[@]}"; do
@@ -261,6 +265,9 @@ cmd_node_down() {
     fi
     # The kubelet's pod cgroups (--cgroup-root from kubeletExtraArgs).
     if [[ -f "$nodedir/cgroup-root" ]]; then remove_cgroup_root "$(cat "$nodedir/cgroup-root")"; fi
+    if [[ -f "$nodedir/absent-files" ]]; then
+        while read -r d; do if [[ -f "$d" && ! -s "$d" ]]; then rm -f "$d"; fi; done <"$nodedir/absent-files"
+    fi
     if [[ -f "$nodedir/created-dirs" ]]; then
         tac "$nodedir/created-dirs" | while read -r d; do rmdir "$d" 2>/dev/null || log "warning: $d not removed"; done
     fi

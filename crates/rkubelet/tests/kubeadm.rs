@@ -25,6 +25,47 @@ const CP: &str = "kadm-cp";
 const TOKEN: &str = "abcdef.0123456789abcdef";
 const W1_INDEX: u32 = 249;
 const W1: &str = "kadm-w1";
+/// kube-scheduler with in-cluster config (no --kubeconfig) under its own name, and a pod for it.
+const IN_CLUSTER_SCHEDULER: &str = "
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: in-cluster-sched, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: in-cluster-sched}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: 'system:kube-scheduler'}
+subjects: [{kind: ServiceAccount, name: in-cluster-sched, namespace: kube-system}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: in-cluster-sched-volume}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: 'system:volume-scheduler'}
+subjects: [{kind: ServiceAccount, name: in-cluster-sched, namespace: kube-system}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: in-cluster-sched, namespace: kube-system}
+spec:
+  serviceAccountName: in-cluster-sched
+  nodeName: kadm-w1
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: kube-scheduler
+    image: k8s.gcr.io/kube-scheduler:v1.20.2
+    imagePullPolicy: Never
+    command: [kube-scheduler, --scheduler-name=in-cluster, --leader-elect=false, --port=0, --secure-port=0]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: by-in-cluster}
+spec:
+  schedulerName: in-cluster
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: rkubelet.local/busybox:1.35, imagePullPolicy: Never, command: [sleep, '3600']}
+";
+
 /// A Deployment placed by the scheduler (no nodeName), its Service, and a client pod per node.
 const WORKLOADS: &str = "
 apiVersion: apps/v1
@@ -256,7 +297,14 @@ fn kubeadm_cluster_on_rkubelet() {
     }
 
     // --- kubeadm join of a second node, through TLS bootstrap ---
-    let n2 = cl.add_node(W1, W1_INDEX, &["k8s.gcr.io/kube-proxy:v1.20.2"]);
+    let n2 = cl.add_node(
+        W1,
+        W1_INDEX,
+        &[
+            "k8s.gcr.io/kube-proxy:v1.20.2",
+            "k8s.gcr.io/kube-scheduler:v1.20.2",
+        ],
+    );
     let cfg = cl.root.join("join.yaml");
     std::fs::write(&cfg, join_config(&cl.nodes[n1], &cl.nodes[n2])).unwrap();
     let log = cl.root.join("kubeadm-join.log");
@@ -299,6 +347,7 @@ fn kubeadm_cluster_on_rkubelet() {
     }
 
     workloads(&cl);
+    in_cluster_client(&cl);
     static_pod_upgrade(&cl, &cl.nodes[n1]);
     reset(&cl, kubeadm);
     eprintln!("FIGURE test wall time: {:?}", started.elapsed());
@@ -405,6 +454,30 @@ fn workloads(cl: &Cluster) {
         &url,
     ]);
     assert!(body.contains("web-"), "{body}");
+}
+
+/// A second kube-scheduler as a pod with no kubeconfig: client-go falls back to in-cluster config,
+/// i.e. `KUBERNETES_SERVICE_HOST`/`_PORT` (the kubelet's service environment), the service
+/// account token and `ca.crt`, through the `kubernetes` ClusterIP and kube-proxy's rules. A pod
+/// bound by it proves the whole path.
+fn in_cluster_client(cl: &Cluster) {
+    cl.kubectl_stdin(&["apply", "-f", "-"], IN_CLUSTER_SCHEDULER);
+    let p = cl.wait_json(
+        "a pod bound by the in-cluster scheduler",
+        Duration::from_secs(90),
+        |p| p["spec"]["nodeName"].is_string() && condition_true(p, "Ready"),
+        &["pod", "by-in-cluster"],
+    );
+    eprintln!(
+        "in-cluster scheduler bound by-in-cluster to {}",
+        p["spec"]["nodeName"]
+    );
+    let log = cl.kubectl(&["-n", "kube-system", "logs", "in-cluster-sched"]);
+    // 1.20 options.go createClients; client-go then takes rest.InClusterConfig().
+    assert!(
+        log.contains("Neither --kubeconfig nor --master was specified. Using default API client"),
+        "{log}"
+    );
 }
 
 /// Item 4: a changed static pod manifest (a kube-apiserver flag, written as kubeadm upgrade
