@@ -7,6 +7,9 @@
 #   hack/control-plane.sh kubelet-bin      the upstream kubelet of the same source (built and cached
 #                                          as build does); prints its path. For the swap test
 #                                          (upstream kubelet -> rkubelet on the same node).
+#   hack/control-plane.sh kubeadm-bins     kubeadm, kube-proxy and kube-scheduler of the same source
+#                                          (built and cached as build does); prints their paths, one
+#                                          a line. For the kubeadm test (tests/kubeadm.rs).
 #   hack/control-plane.sh up DIR           start etcd + apiserver under DIR; prints KEY=VALUE lines
 #   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
 #   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
@@ -58,8 +61,11 @@ kubelet_bin() {
     echo "$RK_CACHE/kubernetes-$(source_version)/kubelet"
 }
 
-# Builds whichever of kube-apiserver, kube-controller-manager and kubelet is not cached yet (one
-# make for all, so a fresh machine extracts the source once); prints the apiserver's path.
+# Every binary the tests use, all from the one Debian source: a fresh machine extracts it once and
+# runs one make for whatever is missing.
+BINARIES=(kube-apiserver kube-controller-manager kubelet kubeadm kube-proxy kube-scheduler)
+
+# Builds whichever of BINARIES is not cached yet; prints the apiserver's path.
 cmd_build() {
     need_root
     ensure_packages
@@ -70,7 +76,7 @@ cmd_build() {
     mkdir -p "$RK_CACHE"
     exec 9>"$RK_CACHE/kube-apiserver.lock"
     flock 9 # one build at a time; the second caller then finds the binaries
-    for cmd in kube-apiserver kube-controller-manager kubelet; do
+    for cmd in "${BINARIES[@]}"; do
         [[ -x "$dir/$cmd" ]] || missing+=("$cmd")
     done
     if ((${#missing[@]} == 0)); then
@@ -372,9 +378,17 @@ cmd_kubelet_bin() {
     kubelet_bin
 }
 
+cmd_kubeadm_bins() {
+    cmd_build >/dev/null
+    local dir cmd
+    dir="$(dirname "$(kubelet_bin)")"
+    for cmd in kubeadm kube-proxy kube-scheduler; do echo "$dir/$cmd"; done
+}
+
 case "${1:-}" in
 build) cmd_build ;;
 kubelet-bin) cmd_kubelet_bin ;;
+kubeadm-bins) cmd_kubeadm_bins ;;
 up) cmd_up "${2:-}" ;;
 node-cert) cmd_node_cert "${2:-}" "${3:-}" ;;
 controller-manager) cmd_controller_manager "${@:2}" ;;
@@ -382,5 +396,5 @@ bootstrap-token) cmd_bootstrap_token "${2:-}" ;;
 down) cmd_down "${2:-}" ;;
 stop-apiserver) cmd_stop_apiserver "${2:-}" ;;
 start-apiserver) cmd_start_apiserver "${2:-}" ;;
-*) die "usage: $0 build | kubelet-bin | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
+*) die "usage: $0 build | kubelet-bin | kubeadm-bins | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
 esac

@@ -9,6 +9,7 @@ PACKAGES=(
     containerd runc containernetworking-plugins busybox-static umoci
     protobuf-compiler iproute2 iptables curl jq procps gcc libc6-dev
     docker-registry skopeo apache2-utils prometheus
+    conntrack
 )
 
 # Print the packages dpkg does not report as fully installed.

@@ -34,6 +34,10 @@ if ip -o link show | grep -Eq 'rkbr(1[0-9][0-9]|2[0-5][0-9]):'; then leftovers+=
 if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
 if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
 if pgrep -f -- '/tmp/rkt-cp-' >/dev/null; then leftovers+=" control-plane"; fi
+# The kubeadm test's nodes (hack/kubeadm.sh): a netns each, a veth and a route to its pods.
+if ip netns list | grep -q '^rkt-'; then leftovers+=" netns"; fi
+if ip -o link show | grep -q ' kadm[0-9]*h[@:]'; then leftovers+=" veths"; fi
+if ip route | grep -q ' dev kadm'; then leftovers+=" routes"; fi
 # Each test's pod cgroups live under its own --cgroup-root /rkt-<index>-<pid>.
 if compgen -G "/sys/fs/cgroup/*/rkt-*" >/dev/null || compgen -G "/sys/fs/cgroup/rkt-*" >/dev/null; then
     leftovers+=" cgroups:$(echo /sys/fs/cgroup/*/rkt-* /sys/fs/cgroup/rkt-* | tr ' ' '\n' | grep -v '\*' | head -5 | tr '\n' ' ')"

@@ -76,19 +76,24 @@ impl ServiceLister {
         (ServiceLister { store: Some(store) }, run)
     }
 
-    /// Upstream `getServiceEnvVarMap` for a pod in `ns`.
+    /// Upstream `getServiceEnvVarMap` for a pod in `ns`. `static_pod`: the pod comes from a
+    /// file or URL. Upstream's `makeEnvironmentVariables` waits for the first list only for API
+    /// pods (`!kubetypes.IsStaticPod(pod) && !kl.serviceHasSynced()`): a static pod may be the
+    /// API server itself (kubeadm's control plane), whose services cannot be listed before it
+    /// runs, so it gets what the lister holds so far.
     pub fn env_var_map(
         &self,
         ns: &str,
         enable_service_links: bool,
+        static_pod: bool,
     ) -> Result<BTreeMap<String, String>, ServicesError> {
         let Some(store) = &self.store else {
             return Ok(BTreeMap::new());
         };
         // Ready once the first list has been applied; never waits.
-        match store.wait_until_ready().now_or_never() {
-            Some(Ok(())) => {}
-            _ => return Err(ServicesError::NotSynced),
+        let synced = matches!(store.wait_until_ready().now_or_never(), Some(Ok(())));
+        if !synced && !static_pod {
+            return Err(ServicesError::NotSynced);
         }
         let services = store.state();
         Ok(service_env_var_map(
@@ -360,7 +365,21 @@ mod tests {
 
     #[test]
     fn standalone_has_no_service_env() {
-        let m = ServiceLister::standalone().env_var_map("default", true);
+        let m = ServiceLister::standalone().env_var_map("default", true, false);
+        assert!(m.is_ok_and(|m| m.is_empty()));
+    }
+
+    /// Before the first list: API pods wait (NotSynced), static pods start with what is known,
+    /// as upstream's `makeEnvironmentVariables`; kubeadm's kube-apiserver is such a pod.
+    #[test]
+    fn only_api_pods_wait_for_the_first_list() {
+        let (store, _writer) = reflector::store::<Service>();
+        let lister = ServiceLister { store: Some(store) };
+        assert!(matches!(
+            lister.env_var_map("kube-system", true, false),
+            Err(ServicesError::NotSynced)
+        ));
+        let m = lister.env_var_map("kube-system", true, true);
         assert!(m.is_ok_and(|m| m.is_empty()));
     }
 }

@@ -230,7 +230,8 @@ fn kubeadm_drop_in_command_line_parses() {
         "--bootstrap-kubeconfig=",
         "--kubeconfig=",
         "--config=",
-        "--network-plugin=cni",
+        "--container-runtime=remote",
+        "--container-runtime-endpoint=",
     ] {
         assert!(
             args.iter().any(|a| a.starts_with(want)),

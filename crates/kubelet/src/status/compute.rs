@@ -530,6 +530,12 @@ pub fn generate(pod: &Pod, rt: &PodRuntimeStatus, cx: &StatusContext) -> PodStat
             .map(|v| v.iter().map(|i| i.ip.clone()).collect())
             .unwrap_or_default();
     }
+    // Host-network pods have the node's IP (upstream generateAPIPodStatus: `IsHostNetworkPod(pod)
+    // && s.PodIP == ""` takes the host IP): kube-proxy, kubeadm's control plane and every client
+    // reading podIP or Endpoints of such pods rely on it.
+    if ips.is_empty() && podutil::host_network(pod) && !cx.host_ip.is_empty() {
+        ips.push(cx.host_ip.to_string());
+    }
 
     let sandbox_ok = rt
         .sandboxes
@@ -732,6 +738,35 @@ mod tests {
     }
 
     use ContainerState::*;
+
+    /// The sandbox of a host-network pod has no IP of its own: podIP(s) are the node's.
+    #[test]
+    fn host_network_pod_has_the_node_ip() {
+        let mut p = pod("Always", &[], &["a"]);
+        p.spec.as_mut().unwrap().host_network = Some(true);
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![SandboxStatus {
+                ip: String::new(),
+                host_network: true,
+                ..sandbox()
+            }],
+            containers: vec![ctr(&p, "a", Running, 0, 1, 0)],
+        };
+        let s = gen(&p, &rt, &Reasons::new(), None);
+        assert_eq!(s.pod_ip.as_deref(), Some("10.1.1.1"));
+        let ips: Vec<_> = s.pod_ips.unwrap().into_iter().map(|i| i.ip).collect();
+        assert_eq!(ips, ["10.1.1.1"]);
+        // A pod network pod without an IP yet gets none.
+        p.spec.as_mut().unwrap().host_network = None;
+        let rt = PodRuntimeStatus {
+            sandboxes: vec![SandboxStatus {
+                ip: String::new(),
+                ..sandbox()
+            }],
+            containers: vec![],
+        };
+        assert_eq!(gen(&p, &rt, &Reasons::new(), None).pod_ip, None);
+    }
 
     #[test]
     fn running_pod() {

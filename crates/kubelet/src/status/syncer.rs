@@ -60,6 +60,22 @@ pub fn status_patch(uid: &str, st: &PodStatus) -> serde_json::Value {
     serde_json::json!({ "metadata": { "uid": uid }, "status": status })
 }
 
+/// The answer to a status patch whose pod is not the one the patch was for: gone (404), a
+/// conflict (409), or, as the API server answers a patch whose `metadata.uid` precondition names
+/// an older pod of the same name, 422 Invalid with cause `metadata.uid` ("field is immutable").
+/// The last one happens to every static pod whose manifest changed: its mirror pod is re-created
+/// with a new UID while the old pod's final statuses are still queued. Upstream's `syncPod` GETs
+/// the pod first and drops the status when the UID differs ("Pod was deleted and then recreated,
+/// skipping status update"); retrying it would fail forever.
+fn another_pod(s: &kube::core::Status) -> bool {
+    s.is_not_found()
+        || s.is_conflict()
+        || (s.is_invalid()
+            && s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")))
+}
+
 /// The API-writing half of the status manager; owns the client and what is still to be written.
 pub struct Syncer {
     client: Client,
@@ -167,7 +183,8 @@ impl Syncer {
                     self.written.insert(k, st);
                 }
                 // The pod is gone or is another pod now: nothing to write.
-                Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+                Err(kube::Error::Api(s)) if another_pod(&s) => {
+                    debug!(pod = %format!("{}/{}", k.namespace, k.name), uid = %k.uid, "pod was deleted and then recreated, skipping status update");
                     self.written.remove(&k);
                 }
                 Err(e) => {
@@ -217,6 +234,45 @@ impl Syncer {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodCondition;
+    use kube::core::response::{StatusCause, StatusDetails};
+    use kube::core::Status;
+
+    #[test]
+    fn which_errors_mean_another_pod() {
+        let invalid = |field: &str| Status {
+            code: 422,
+            reason: "Invalid".into(),
+            details: Some(StatusDetails {
+                name: "kube-apiserver-n".into(),
+                group: String::new(),
+                kind: "Pod".into(),
+                uid: String::new(),
+                causes: vec![StatusCause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "field is immutable".into(),
+                    field: field.into(),
+                }],
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        };
+        let plain = |code: u16, reason: &str| Status {
+            code,
+            reason: reason.into(),
+            ..Default::default()
+        };
+        for (s, want) in [
+            (invalid("metadata.uid"), true),
+            (plain(404, "NotFound"), true),
+            (plain(409, "Conflict"), true),
+            // Anything else invalid in the status is a real error to retry and log.
+            (invalid("status.podIP"), false),
+            (plain(422, "Invalid"), false),
+            (plain(500, "InternalError"), false),
+        ] {
+            assert_eq!(another_pod(&s), want, "{s:?}");
+        }
+    }
 
     #[test]
     fn absent_condition_fields_are_sent_as_null() {

@@ -58,7 +58,7 @@ pub async fn generate(
         .unwrap_or(true);
     let services = ctx
         .services
-        .env_var_map(podutil::namespace(pod), links)
+        .env_var_map(podutil::namespace(pod), links, podutil::is_static(pod))
         .map_err(|e| config_error(e.to_string()))?;
     let cx = EnvContext {
         pod_ips,
