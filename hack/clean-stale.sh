@@ -48,6 +48,13 @@ for dir in /tmp/rkt-*; do
     case "$(basename "$dir")" in
     rkt-cp-*) "$HACK_DIR/control-plane.sh" down "$dir" || true ;;
     rkt-reg-*) "$HACK_DIR/registry.sh" down "$dir" || true ;;
+    rkt-kadm-*)
+        # The kubeadm test's nodes, last made first down (the first made the host's mount
+        # points): node-down removes each node's netns, veth, route, containerd and host dirs.
+        for node in $(find "$dir" -mindepth 1 -maxdepth 1 -type d -name 'n*' | sort -r); do
+            "$HACK_DIR/kubeadm.sh" node-down "$node" || true
+        done
+        ;;
     *)
         # Env dirs hold their containerd instance in ctd/; down kills its shims, containers,
         # mounts, cgroups, portmap rules and bridge.
