@@ -29,23 +29,30 @@ async fn metrics_count_pods_runtime_calls_and_start_latency() {
     env.write_manifest("b.yaml", &simple_pod("b", "Always", SLEEPER));
     env.wait_running("a");
     env.wait_running("b");
-    // PLEG updates the running gauges on its next relist.
-    let s = wait_until(Duration::from_secs(10), "running pods gauge", || {
-        let s = scrape(&env);
-        matches!(value(&s, "kubelet_running_pods", None), Some(Value::Gauge(g)) if *g == 2.0)
-            .then_some(s)
-    });
-    assert!(
-        matches!(
-            value(&s, "kubelet_running_containers", Some(("container_state", "running"))),
-            Some(Value::Gauge(g)) if *g == 2.0
-        ),
-        "{:?}",
-        value(
-            &s,
-            "kubelet_running_containers",
-            Some(("container_state", "running"))
+    // PLEG updates the running gauges on each relist. A relist can see both sandboxes ready while
+    // the containers are still being started (the pods' Running status comes from their workers,
+    // not from PLEG), so wait for the relist that sees both gauges at 2: two pods, two containers.
+    let gauges = |s: &Scrape| {
+        (
+            value(s, "kubelet_running_pods", None),
+            value(
+                s,
+                "kubelet_running_containers",
+                Some(("container_state", "running")),
+            ),
         )
+    };
+    let s = wait_until(
+        Duration::from_secs(10),
+        "running pods and containers gauges at 2",
+        || {
+            let s = scrape(&env);
+            matches!(
+                gauges(&s),
+                (Some(Value::Gauge(p)), Some(Value::Gauge(c))) if *p == 2.0 && *c == 2.0
+            )
+            .then_some(s)
+        },
     );
     let node = env.node.clone();
     assert!(matches!(
