@@ -31,7 +31,7 @@ CGROUP_ROOT=/rkubelet-floorbench
 CP=/tmp/rkubelet-floorbench-cp
 CD=/tmp/rkubelet-floorbench-cd
 
-CUR_PID="" RESULTS=""
+CUR_PID="" RESULTS="" KEYS_WAS="" BYTES_WAS=""
 
 stop_rkubelet() {
     if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
@@ -46,7 +46,11 @@ cleanup() {
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
 }
-trap 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"' EXIT
+restore_keys() {
+    [[ -z "$KEYS_WAS" ]] || echo "$KEYS_WAS" >/proc/sys/kernel/keys/root_maxkeys
+    [[ -z "$BYTES_WAS" ]] || echo "$BYTES_WAS" >/proc/sys/kernel/keys/root_maxbytes
+}
+trap 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"; restore_keys' EXIT
 trap 'exit 130' INT TERM
 
 free_port() {
@@ -56,7 +60,7 @@ free_port() {
 }
 
 bench_one() {
-    local n="$1" kc="$2" url="$3" sock port logf i
+    local n="$1" kc="$2" url="$3" sock port sport logf i
     logf="/tmp/rkubelet-floorbench-$n.log"
     log "N=$n: containerd (INDEX $INDEX) in $CD"
     "$HACK_DIR/containerd.sh" up "$CD" "$INDEX" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
@@ -65,6 +69,7 @@ bench_one() {
     "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS"
 
     port="$(free_port $((21000 + n)))"
+    sport="$(free_port $((22000 + n)))"
     mkdir -p "$CD/manifests" "$CD/kubelet"
     cat >"$CD/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -72,8 +77,13 @@ kind: KubeletConfiguration
 staticPodPath: $CD/manifests
 podLogsDir: $CD/pod-logs
 readOnlyPort: $port
+port: $sport
 healthzPort: 0
 fileCheckFrequency: 20s
+# As the tests: upstream's disk thresholds (imagefs 15%) put a shared host more than 85% full under
+# DiskPressure, and every API pod would be refused as Evicted.
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
 EOF
     "$RKUBELET" --config "$CD/kubelet-config.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
@@ -105,6 +115,23 @@ main() {
     if [[ ! -x "$RKUBELET" || ! -x "$CRI_FLOOR" ]]; then
         log "building $RKUBELET and $CRI_FLOOR"
         (cd "$REPO_ROOT" && cargo build --release -p rkubelet -p rkubelet-bench-cri-floor)
+    fi
+    # runc gives every container (pause included) a session keyring, counted against root's
+    # kernel.keys.root_maxkeys (and _maxbytes): a host left at 200 fails StartContainer past ~100 pods with "disk
+    # quota exceeded". Upstream's kubelet raises them to 1000000 / 25000000 at start
+    # (setupKernelTunables);
+    # the floor has no kubelet to do it, so the bench does, for its run only.
+    local keys
+    keys="$(cat /proc/sys/kernel/keys/root_maxkeys)"
+    if ((keys < 1000000)); then
+        log "kernel.keys.root_maxkeys $keys -> 1000000 for the run (upstream kubelet's value)"
+        KEYS_WAS="$keys"
+        echo 1000000 >/proc/sys/kernel/keys/root_maxkeys
+    fi
+    keys="$(cat /proc/sys/kernel/keys/root_maxbytes)"
+    if ((keys < 25000000)); then
+        BYTES_WAS="$keys"
+        echo 25000000 >/proc/sys/kernel/keys/root_maxbytes
     fi
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true
