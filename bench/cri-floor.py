@@ -2,12 +2,15 @@
 floor ran on, and the summary with the ratios rkubelet/floor. Prints figures; asserts nothing.
 
   cri-floor.py static N PORT MANIFEST_DIR NODE SOCK KLOG RESULTS
-  cri-floor.py api N URL PKI NODE SOCK KLOG RESULTS
+  cri-floor.py api N URL PKI NODE SOCK KLOG RESULTS PORT
   cri-floor.py summary RESULTS
 
 Per pod, two latencies from its submission (manifest renamed in / POST sent):
   started: rkubelet's `"started container"` log line (what the floor's StartContainer return is);
   running: the pod seen Running+Ready (static: the read-only /pods; API: a watch on the apiserver).
+Then where rkubelet's time went: the mean of each stage of its start-up timeline over the phase's
+pods (kubelet_pod_start_stage_duration_seconds on the read-only /metrics; builds without it
+print nothing).
 """
 import datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
 
@@ -38,6 +41,34 @@ def started_from_log(klog, prefix):
                 out.setdefault(m.group(4), datetime.datetime.strptime(
                     f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp())
     return out
+
+
+def stage_totals(port):
+    """(sum, count) per stage of kubelet_pod_start_stage_duration_seconds, from /metrics."""
+    out = {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            text = r.read().decode()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        m = re.match(r'kubelet_pod_start_stage_duration_seconds_(sum|count)\{stage="(\w+)"\} (\S+)', line)
+        if m:
+            s, c = out.get(m.group(2), (0.0, 0.0))
+            out[m.group(2)] = (s + float(m.group(3)), c) if m.group(1) == "sum" else (s, c + float(m.group(3)))
+    return out
+
+
+def print_stages(before, after):
+    rows = []
+    for stage in ["admission", "volumes", "sandbox", "image_pull", "container_create",
+                  "container_start", "readiness"]:
+        s1, c1 = after.get(stage, (0.0, 0.0))
+        s0, c0 = before.get(stage, (0.0, 0.0))
+        if c1 > c0:
+            rows.append(f"{stage} {(s1 - s0) / (c1 - c0):.3f}")
+    if rows:
+        print("  rkubelet's timeline, mean s per stage: " + ", ".join(rows))
 
 
 def wait_empty(sock, done, n):
@@ -72,6 +103,7 @@ def static(n, port, mdir, node, sock, klog, results):
     def pods():
         with urllib.request.urlopen(url, timeout=5) as r:
             return json.load(r).get("items") or []
+    stages0 = stage_totals(port)
     staging = os.path.join(os.path.dirname(mdir.rstrip("/")), "staging")
     os.makedirs(staging, exist_ok=True)
     names = [f"st-{i:03d}" for i in range(n)]
@@ -103,6 +135,7 @@ def static(n, port, mdir, node, sock, klog, results):
         time.sleep(0.05)
     t_all = max(running.values()) - t0 if len(running) >= n else None
     started = started_from_log(klog, "st")
+    stages1 = stage_totals(port)
     for name in names:
         os.remove(os.path.join(mdir, name + ".yaml"))
     def empty():
@@ -112,9 +145,10 @@ def static(n, port, mdir, node, sock, klog, results):
             return False
     gone = wait_empty(sock, empty, n)
     record(results, "static", n, sent, running, started, t_all, gone)
+    print_stages(stages0, stages1)
 
 
-def api(n, url, pki, node, sock, klog, results):
+def api(n, url, pki, node, sock, klog, results, ro_port):
     host, port = url.removeprefix("https://").split(":")
     ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
     ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
@@ -148,6 +182,7 @@ def api(n, url, pki, node, sock, klog, results):
     rv = request(c, "GET", "/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
     threading.Thread(target=watch, args=(rv,), daemon=True).start()
     time.sleep(1)
+    stages0 = stage_totals(ro_port)
     names = [f"ap-{i:03d}" for i in range(n)]
     sent = {}
     t0 = time.monotonic()
@@ -169,6 +204,7 @@ def api(n, url, pki, node, sock, klog, results):
         run = dict(running)
     t_all = max(run.values()) - t0 if len(run) >= n else None
     started = started_from_log(klog, "ap")
+    stages1 = stage_totals(ro_port)
     for name in names:
         request(c, "DELETE", f"/api/v1/namespaces/default/pods/{name}")
     def all_deleted():
@@ -176,6 +212,7 @@ def api(n, url, pki, node, sock, klog, results):
             return len(deleted) >= n
     gone = wait_empty(sock, all_deleted, n)
     record(results, "API", n, sent, run, started, t_all, gone)
+    print_stages(stages0, stages1)
 
 
 def summary(results):

@@ -98,7 +98,7 @@ EOF
     log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
     sleep 1
     python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
-    python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
+    python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup
 }
