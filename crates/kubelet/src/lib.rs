@@ -38,6 +38,7 @@ pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod sysctl;
+pub mod timeline;
 pub mod token;
 pub mod types;
 pub mod volumes;

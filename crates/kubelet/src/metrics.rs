@@ -27,6 +27,9 @@ pub struct Metrics {
     pub node_name: IntGaugeVec,
     pub pod_start_duration: Histogram,
     pub pod_start_sli_duration: Histogram,
+    /// Beyond upstream (issue 20): each start-up stage of a pod, from the previous milestone of
+    /// its timeline (see `crate::timeline`).
+    pub pod_start_stage_duration: HistogramVec,
     pub pod_worker_duration: HistogramVec,
     pub pleg_relist_duration: Histogram,
     pub pleg_relist_interval: Histogram,
@@ -91,6 +94,14 @@ impl Metrics {
                 "Duration in seconds to start a pod, excluding time to pull images, observed \
                  from the kubelet's first sight of the pod to it running",
                 POD_START_BUCKETS.to_vec(),
+            ),
+            pod_start_stage_duration: histogram_vec(
+                "kubelet_pod_start_stage_duration_seconds",
+                "Duration in seconds of each stage of a pod's start-up (admission, volumes, \
+                 sandbox, image_pull, container_create, container_start, readiness), from the \
+                 previous milestone of its timeline",
+                exponential(0.001, 2.5, 16),
+                &["stage"],
             ),
             pod_worker_duration: histogram_vec(
                 "kubelet_pod_worker_duration_seconds",
@@ -201,6 +212,7 @@ impl Metrics {
             Box::new(m.node_name.clone()),
             Box::new(m.pod_start_duration.clone()),
             Box::new(m.pod_start_sli_duration.clone()),
+            Box::new(m.pod_start_stage_duration.clone()),
             Box::new(m.pod_worker_duration.clone()),
             Box::new(m.pleg_relist_duration.clone()),
             Box::new(m.pleg_relist_interval.clone()),

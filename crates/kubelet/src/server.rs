@@ -199,6 +199,8 @@ pub struct SecureDeps {
     pub health: Arc<Health>,
     pub status: StatusHandle,
     pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
+    /// Pods' start-up timelines, for `/pods/<namespace>/<name>/timeline`.
+    pub timeline: crate::timeline::TimelineHandle,
     pub cri: CriClient,
     pub stats: StatsSource,
     /// `/configz`'s body, computed once from the effective configuration.
@@ -282,6 +284,27 @@ async fn running_pods(State(d): State<SecureDeps>) -> Response {
         list.to_string(),
     )
         .into_response()
+}
+
+/// A pod's start-up timeline (issue 20, beyond upstream), under `/pods` so the same
+/// authorization applies (`proxy`, or `pods` with fine-grained authz). 404 for a pod this kubelet
+/// has no timeline of (never seen, or cleaned up).
+async fn pod_timeline(
+    State(d): State<SecureDeps>,
+    UrlPath((namespace, name)): UrlPath<(String, String)>,
+) -> Response {
+    match d.timeline.get(&namespace, &name).await {
+        Some(t) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_string(&t.to_json()).unwrap_or_default(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no start-up timeline for pod {namespace}/{name}"),
+        )
+            .into_response(),
+    }
 }
 
 /// Upstream's answer for debugging endpoints when `enableDebuggingHandlers` is false.
@@ -515,6 +538,7 @@ fn secure_router(d: SecureDeps) -> Router {
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        .route("/pods/{namespace}/{name}/timeline", get(pod_timeline))
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource_metrics))
         .route("/metrics/cadvisor", get(cadvisor_metrics))

@@ -64,6 +64,8 @@ pub struct SyncLoop<S: PodSyncer> {
     pub eviction: crate::eviction::EvictionHandle,
     /// The pods the eviction manager may evict (upstream `GetActivePods`), published here.
     pub active_pods: watch::Sender<Arc<Vec<Arc<Pod>>>>,
+    /// Start-up timelines: a pod is seen and admitted here.
+    pub timeline: crate::timeline::TimelineHandle,
 }
 
 /// The loop's inputs.
@@ -160,6 +162,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 PodOp::Remove => {
                     info!(pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
                     self.pods.remove(&uid);
+                    self.timeline.forget(&uid);
                     self.workers.unwanted(&uid);
                     if self.workers.drop_unstarted(&uid) {
                         // Rejected, or still waiting for its name: nothing ever ran.
@@ -179,7 +182,12 @@ impl<S: PodSyncer> SyncLoop<S> {
     async fn add_or_update(&mut self, uid: String, pod: Arc<Pod>) {
         let known = self.pods.contains_key(&uid);
         if !known && pod.metadata.deletion_timestamp.is_none() && !is_terminal_in_api(&pod) {
-            if let Err(r) = self.admit(&pod) {
+            self.timeline.mark(&pod, crate::timeline::Mark::Seen);
+            let admitted = self.admit(&pod);
+            if admitted.is_ok() {
+                self.timeline.mark(&pod, crate::timeline::Mark::Admitted);
+            }
+            if let Err(r) = admitted {
                 warn!(pod = %podutil::describe(&pod), reason = %r.reason, message = %r.message, "pod rejected");
                 self.recorder.pod_event(
                     &pod,

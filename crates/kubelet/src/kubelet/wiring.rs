@@ -454,7 +454,13 @@ impl Wiring<'_> {
             tracing::info_span!("pleg"),
             pleg_task.run(self.cancel.child_token()),
         );
+        let (timeline_task, timeline) = crate::timeline::TimelineHandle::new();
+        self.spawn(
+            tracing::info_span!("timeline"),
+            timeline_task.run(self.cancel.child_token()),
+        );
         let ctx = Arc::new(SyncContext {
+            timeline,
             cache: cache.clone(),
             prober: prober.clone(),
             probes,
@@ -622,6 +628,7 @@ impl Wiring<'_> {
             health: self.health.clone(),
             status: api.status.clone(),
             runtime_pods: pods.runtime_pods.clone(),
+            timeline: pods.ctx.timeline.clone(),
             cri: self.cri.clone(),
             stats: stats.clone(),
             configz: Arc::new(crate::configz::configz(cfg)),
@@ -793,6 +800,7 @@ impl Wiring<'_> {
     ) -> (SyncLoop<Syncer>, sync_loop::Inputs) {
         let (worker_tx, worker_events) = mpsc::unbounded_channel();
         let cm = pods.ctx.cm.clone();
+        let timeline = pods.ctx.timeline.clone();
         let workers = PodWorkers::new(
             Arc::new(Syncer { ctx: pods.ctx }),
             worker_tx,
@@ -818,6 +826,7 @@ impl Wiring<'_> {
             cm,
             eviction: eviction.handle,
             active_pods: eviction.active_pods,
+            timeline,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,

@@ -263,7 +263,8 @@ impl RuntimeManager {
 
     /// CreateContainer + StartContainer (upstream `startContainer`, without hooks yet). Returns the
     /// container ID; errors say which step failed, because the reason differs
-    /// (`CreateContainerError` vs `RunContainerError`).
+    /// (`CreateContainerError` vs `RunContainerError`). `on_created` runs between the two (the
+    /// pod's start-up timeline).
     pub async fn create_and_start(
         &self,
         pod: &Pod,
@@ -271,6 +272,7 @@ impl RuntimeManager {
         mut config: api::ContainerConfig,
         sandbox_id: &str,
         sandbox_attempt: u32,
+        on_created: impl FnOnce(),
     ) -> Result<String, StartFailure> {
         let sb_config = self
             .sandbox_config(pod, sandbox_attempt)
@@ -298,6 +300,7 @@ impl RuntimeManager {
             .await
             .map_err(|e| StartFailure::Create(e.message()))?
             .container_id;
+        on_created();
         if let Err(e) = self
             .cri
             .start_container(api::StartContainerRequest {

@@ -25,6 +25,7 @@ use crate::runtime::{
 };
 use crate::status::compute::{self, Reasons, StatusContext};
 use crate::status::StatusHandle;
+use crate::timeline::Mark;
 use crate::volumes::{self, PodVolumes};
 
 mod hooks;
@@ -77,6 +78,8 @@ pub struct SyncContext {
     pub claims: crate::volumes::claims::ClaimSource,
     /// The node's labels as it registers them (PV node affinity).
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Each pod's start-up milestones (volumes, sandbox, images, containers, Ready).
+    pub timeline: crate::timeline::TimelineHandle,
 }
 
 /// What a worker keeps between syncs of its pod.
@@ -173,11 +176,21 @@ async fn publish(
         );
     }
     record_pod_start(state, &status);
+    if is_ready(&status) {
+        ctx.timeline.mark(pod, Mark::Ready);
+    }
     if state.last_status.as_ref() != Some(&status) {
         ctx.status.set(pod.clone(), status.clone()).await;
         state.last_status = Some(status.clone());
     }
     status
+}
+
+fn is_ready(s: &PodStatus) -> bool {
+    s.conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// `kubelet_pod_start_duration_seconds` and its SLI twin (without image time), observed once, when
@@ -329,7 +342,10 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         },
     };
     match set_up_volumes(dir.clone(), pod.clone(), node_memory, inputs).await {
-        Ok(v) => state.volumes = v,
+        Ok(v) => {
+            state.volumes = v;
+            ctx.timeline.mark(pod, Mark::VolumesReady);
+        }
         Err(errors) => {
             // A volume that was set up before and only failed to refresh (its configMap deleted,
             // the API server unreachable) keeps its last content and does not hold the pod
@@ -575,6 +591,7 @@ async fn execute(
         match sandbox {
             Ok((id, ip)) => {
                 crate::metrics::get().started_pods.inc();
+                ctx.timeline.mark(pod, Mark::SandboxCreated);
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
                 if !rt.sandboxes.is_empty() {
                     // The replaced sandboxes go with the container GC's next pass, which this
@@ -827,6 +844,7 @@ async fn start_container(
         .await;
     state.image_time += pulling.elapsed();
     let image_ref = image?;
+    ctx.timeline.mark(pod, Mark::ImagePulled(c.name.clone()));
     let pod_ips = run_options::pod_ips(pod, rt, ip, &ctx.node_ip);
     let mut opts = run_options::generate(ctx, pod, c, &pod_ips, &image_ref, &state.volumes).await?;
     if kind == ContainerKind::Ephemeral {
@@ -836,7 +854,10 @@ async fn start_container(
         .map_err(|e| StartError::new(Reason::CreateContainerConfigError, e.0))?;
     let res = ctx
         .runtime
-        .create_and_start(pod, c, config, sandbox_id, sandbox_attempt)
+        .create_and_start(pod, c, config, sandbox_id, sandbox_attempt, || {
+            ctx.timeline
+                .mark(pod, Mark::ContainerCreated(c.name.clone()))
+        })
         .await;
     let created = |msg: String| {
         ctx.recorder.pod_event(
@@ -861,6 +882,8 @@ async fn start_container(
             hooks::post_start(ctx, pod, c, kind, &id, ip)
                 .await
                 .map_err(|m| StartError::new(Reason::PostStartHookError, m))?;
+            ctx.timeline
+                .mark(pod, Mark::ContainerStarted(c.name.clone()));
             Ok(id)
         }
         Err(StartFailure::Create(m)) => Err(StartError::new(Reason::CreateContainerError, m)),
@@ -995,6 +1018,7 @@ pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeErro
     remove_from_runtime(ctx, &id, Duration::from_secs(2)).await?;
     // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
     ctx.tokens.forget_pod(podutil::uid(pod));
+    ctx.timeline.forget(podutil::uid(pod));
     remove_pod_dir(ctx, &id).await;
     remove_pod_cgroup(ctx, &id.uid).await;
     Ok(())

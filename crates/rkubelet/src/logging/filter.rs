@@ -11,6 +11,9 @@
 //! | DEBUG         | V(4)                  | V(8)                                                |
 //! | TRACE         | V(5)                  | V(9)                                                |
 //!
+//! klog's V(2) ("useful steady-state information") has no tracing level: an INFO event of our
+//! own crates whose target ends in `::v2` (`info!(target: "kubelet::timeline::v2", ...)`) is V(2).
+//!
 //! An event is printed when its V is at most the verbosity of its file: the first `--vmodule`
 //! pattern that matches the file, else `-v` (klog's rule). The decision depends only on the
 //! callsite's static metadata, so tracing caches it per callsite and a disabled event costs
@@ -40,6 +43,7 @@ fn is_own(target: &str) -> bool {
 pub fn v_of(level: &Level, target: &str) -> u32 {
     let own = is_own(target);
     match *level {
+        Level::INFO if own && target.ends_with("::v2") => 2,
         Level::ERROR | Level::WARN | Level::INFO => 0,
         Level::DEBUG if own => 4,
         Level::DEBUG => 8,
@@ -157,6 +161,9 @@ mod tests {
             (Level::ERROR, "kubelet::eviction", 0),
             (Level::WARN, "h2::proto", 0),
             (Level::INFO, "rkubelet", 0),
+            (Level::INFO, "kubelet::timeline::v2", 2),
+            (Level::WARN, "kubelet::timeline::v2", 0),
+            (Level::INFO, "hyper::v2", 0),
             (Level::DEBUG, "kubelet::pod_workers", 4),
             (Level::DEBUG, "rkubelet_cri::grpc", 4),
             (Level::TRACE, "cgroups::v1", 5),

@@ -1,0 +1,248 @@
+"""Measurements for bench/cri-floor.sh: N pods through rkubelet (static or API) on the containerd the
+floor ran on, and the summary with the ratios rkubelet/floor. Prints figures; asserts nothing.
+
+  cri-floor.py static N PORT MANIFEST_DIR NODE SOCK KLOG RESULTS
+  cri-floor.py api N URL PKI NODE SOCK KLOG RESULTS PORT
+  cri-floor.py summary RESULTS
+
+Per pod, two latencies from its submission (manifest renamed in / POST sent):
+  started: rkubelet's `"started container"` log line (what the floor's StartContainer return is);
+  running: the pod seen Running+Ready (static: the read-only /pods; API: a watch on the apiserver).
+Then where rkubelet's time went: the mean of each stage of its start-up timeline over the phase's
+pods (kubelet_pod_start_stage_duration_seconds on the read-only /metrics; builds without it
+print nothing).
+"""
+import datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
+
+IMAGE = "rkubelet.local/busybox:1.35"
+COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+
+
+def pct(xs, q):
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, -(-len(s) * q // 100) - 1))] if s else None
+
+
+def runtime_containers(sock):
+    out = subprocess.run(["ctr", "-a", sock, "-n", "k8s.io", "containers", "ls", "-q"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def started_from_log(klog, prefix):
+    """Wall-clock time of each pod's first "started container" line (klog header: local time)."""
+    out = {}
+    year = datetime.datetime.now().year
+    with open(klog) as f:
+        for line in f:
+            m = re.match(r'[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{6}) .*\] "started container".*'
+                         r'pod="\S*?(' + prefix + r'-\d+)', line)
+            if m and " restart_count=0" in line:
+                out.setdefault(m.group(4), datetime.datetime.strptime(
+                    f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp())
+    return out
+
+
+def stage_totals(port):
+    """(sum, count) per stage of kubelet_pod_start_stage_duration_seconds, from /metrics."""
+    out = {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            text = r.read().decode()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        m = re.match(r'kubelet_pod_start_stage_duration_seconds_(sum|count)\{stage="(\w+)"\} (\S+)', line)
+        if m:
+            s, c = out.get(m.group(2), (0.0, 0.0))
+            out[m.group(2)] = (s + float(m.group(3)), c) if m.group(1) == "sum" else (s, c + float(m.group(3)))
+    return out
+
+
+def print_stages(before, after):
+    rows = []
+    for stage in ["admission", "volumes", "sandbox", "image_pull", "container_create",
+                  "container_start", "readiness"]:
+        s1, c1 = after.get(stage, (0.0, 0.0))
+        s0, c0 = before.get(stage, (0.0, 0.0))
+        if c1 > c0:
+            rows.append(f"{stage} {(s1 - s0) / (c1 - c0):.3f}")
+    if rows:
+        print("  rkubelet's timeline, mean s per stage: " + ", ".join(rows))
+
+
+def wait_empty(sock, done, n):
+    """Until `done()` and the runtime has no container left; seconds, or None on timeout."""
+    t1 = time.monotonic()
+    deadline = t1 + 120 + 3 * n
+    while time.monotonic() < deadline:
+        if done() and not runtime_containers(sock):
+            return time.monotonic() - t1
+        time.sleep(0.1)
+    return None
+
+
+def record(results, kind, n, sent, running, started, t_all, gone):
+    wall = time.time() - time.monotonic()
+    run = [running[k] - sent[k] for k in running if k in sent]
+    st = [started[k] - (sent[k] + wall) for k in started if k in sent]
+    row = dict(kind=kind, n=n, p50=pct(run, 50), p99=pct(run, 99), all=t_all,
+               s50=pct(st, 50), s99=pct(st, 99), sall=max(st) if len(st) >= n else None, gone=gone)
+    f = lambda x: "   -   " if x is None else f"{x:6.2f} s"
+    print(f"=== rkubelet, {kind} pods: N = {n} ===")
+    print(f"  submit -> started container  p50 {f(row['s50'])}   p99 {f(row['s99'])}   all {f(row['sall'])}")
+    print(f"  submit -> Running+Ready      p50 {f(row['p50'])}   p99 {f(row['p99'])}   all {f(t_all)}"
+          + ("" if len(run) >= n else f"  (only {len(run)} of {n})"))
+    print(f"  delete -> no containers left {f(gone)}")
+    with open(results, "a") as out:
+        out.write(json.dumps(row) + "\n")
+
+
+def static(n, port, mdir, node, sock, klog, results):
+    url = f"http://127.0.0.1:{port}/pods"
+    def pods():
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.load(r).get("items") or []
+    stages0 = stage_totals(port)
+    staging = os.path.join(os.path.dirname(mdir.rstrip("/")), "staging")
+    os.makedirs(staging, exist_ok=True)
+    names = [f"st-{i:03d}" for i in range(n)]
+    sent, running = {}, {}
+    t0 = time.monotonic()
+    for name in names:
+        tmp = os.path.join(staging, name + ".yaml")
+        with open(tmp, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                       "spec": {"terminationGracePeriodSeconds": 5, "containers": [
+                           {"name": "sleep", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                            "command": COMMAND}]}}, f)
+        os.rename(tmp, os.path.join(mdir, name + ".yaml"))
+        sent[name] = time.monotonic()
+    deadline = t0 + 120 + 3 * n
+    while len(running) < n and time.monotonic() < deadline:
+        try:
+            items = pods()
+        except OSError:
+            items = []
+        now = time.monotonic()
+        for p in items:
+            nm = p["metadata"]["name"].removesuffix(f"-{node}")
+            st = p.get("status") or {}
+            cs = st.get("containerStatuses") or []
+            if nm in sent and nm not in running and st.get("phase") == "Running" and cs \
+                    and all(c.get("ready") for c in cs):
+                running[nm] = now
+        time.sleep(0.05)
+    t_all = max(running.values()) - t0 if len(running) >= n else None
+    started = started_from_log(klog, "st")
+    stages1 = stage_totals(port)
+    for name in names:
+        os.remove(os.path.join(mdir, name + ".yaml"))
+    def empty():
+        try:
+            return not any(p["metadata"]["name"].startswith("st-") for p in pods())
+        except OSError:
+            return False
+    gone = wait_empty(sock, empty, n)
+    record(results, "static", n, sent, running, started, t_all, gone)
+    print_stages(stages0, stages1)
+
+
+def api(n, url, pki, node, sock, klog, results, ro_port):
+    host, port = url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
+    ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
+    conn = lambda: http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+    def request(c, method, path, body=None):
+        c.request(method, path, body=json.dumps(body) if body else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {path}: {r.status} {data[:300]!r}")
+        return json.loads(data)
+    running, deleted = {}, set()
+    lock = threading.Lock()
+    def watch(rv):
+        c = conn()
+        c.timeout = None
+        c.request("GET", f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}")
+        r = c.getresponse()
+        while line := r.readline():
+            ev = json.loads(line)
+            p = ev["object"]
+            name, now, st = p["metadata"]["name"], time.monotonic(), p.get("status") or {}
+            ready = any(x["type"] == "Ready" and x["status"] == "True" for x in st.get("conditions") or [])
+            with lock:
+                if ev["type"] == "DELETED":
+                    deleted.add(name)
+                elif st.get("phase") == "Running" and ready:
+                    running.setdefault(name, now)
+    c = conn()
+    rv = request(c, "GET", "/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
+    threading.Thread(target=watch, args=(rv,), daemon=True).start()
+    time.sleep(1)
+    stages0 = stage_totals(ro_port)
+    names = [f"ap-{i:03d}" for i in range(n)]
+    sent = {}
+    t0 = time.monotonic()
+    for name in names:
+        sent[name] = time.monotonic()
+        request(c, "POST", "/api/v1/namespaces/default/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": 5, "containers": [
+                         {"name": "sleep", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                          "command": COMMAND}]}})
+    deadline = t0 + 120 + 3 * n
+    while time.monotonic() < deadline:
+        with lock:
+            if len(running) >= n:
+                break
+        time.sleep(0.1)
+    with lock:
+        run = dict(running)
+    t_all = max(run.values()) - t0 if len(run) >= n else None
+    started = started_from_log(klog, "ap")
+    stages1 = stage_totals(ro_port)
+    for name in names:
+        request(c, "DELETE", f"/api/v1/namespaces/default/pods/{name}")
+    def all_deleted():
+        with lock:
+            return len(deleted) >= n
+    gone = wait_empty(sock, all_deleted, n)
+    record(results, "API", n, sent, run, started, t_all, gone)
+    print_stages(stages0, stages1)
+
+
+def summary(results):
+    rows = [json.loads(l) for l in open(results) if l.strip()]
+    floor = {r["n"]: r for r in rows if r.get("kind") is None}
+    f = lambda x: "  -  " if x is None else f"{x:5.2f}"
+    ratio = lambda a, b: "  -  " if a is None or not b else f"{a / b:5.2f}"
+    print("\n=== summary: seconds from submission; ratio = rkubelet / floor ===")
+    print("     N kind    |  p50   p99   all  | started: p50  p99   all  | ratio started: p50  p99   all"
+          " | ratio Running: p50  p99   all | gone")
+    for r in rows:
+        if r.get("kind") is None:
+            print(f"  {r['n']:4d} floor   |                     |        {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
+                  f"                        |                      | {f(r.get('gone'))}")
+            continue
+        fl = floor.get(r["n"], {})
+        print(f"  {r['n']:4d} {r['kind']:7s} | {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
+              f"        {f(r['s50'])} {f(r['s99'])} {f(r['sall'])} |"
+              f"          {ratio(r['s50'], fl.get('p50'))} {ratio(r['s99'], fl.get('p99'))} {ratio(r['sall'], fl.get('all'))} |"
+              f"        {ratio(r['p50'], fl.get('p50'))} {ratio(r['p99'], fl.get('p99'))} {ratio(r['all'], fl.get('all'))} |"
+              f" {f(r['gone'])}")
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "static":
+        static(int(args[0]), int(args[1]), *args[2:])
+    elif cmd == "api":
+        api(int(args[0]), *args[1:])
+    elif cmd == "summary":
+        summary(args[0])
+    else:
+        sys.exit(f"unknown command {cmd!r}")

@@ -1,0 +1,321 @@
+//! The runtime's floor (issue 20): N pods started straight on the CRI with no kubelet at all, so
+//! `bench/cri-floor.sh` can print how much time rkubelet adds over what containerd + CNI alone take.
+//!
+//! Each pod gets its own task, all spawned at once, as rkubelet's pod workers run one per pod with no
+//! cap; each makes the CRI calls rkubelet makes for a one-container pod with `IfNotPresent`, in the
+//! same order: RunPodSandbox (containerd runs CNI inside it), PodSandboxStatus (the IP),
+//! ImageStatus (pull only when missing), CreateContainer, StartContainer. A pod counts as running
+//! when StartContainer returns. Then every pod is torn down the way rkubelet does it (StopContainer
+//! with the grace period, StopPodSandbox, RemovePodSandbox) and that is timed too.
+//!
+//! ```text
+//! cri-floor --endpoint unix:///run/containerd.sock --pods 30 --logs-dir /tmp/x/pod-logs \
+//!           [--image rkubelet.local/busybox:1.35] [--grace 5] [--json results.jsonl] [--keep]
+//! ```
+//!
+//! Prints figures; asserts nothing. Exits non-zero if a pod fails to start (the figures would lie).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rkubelet_cri::{api, CriClient};
+
+struct Args {
+    endpoint: String,
+    pods: usize,
+    image: String,
+    logs_dir: PathBuf,
+    grace: i64,
+    json: Option<PathBuf>,
+    keep: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        endpoint: String::new(),
+        pods: 10,
+        image: "rkubelet.local/busybox:1.35".into(),
+        logs_dir: PathBuf::new(),
+        grace: 5,
+        json: None,
+        keep: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--endpoint" => a.endpoint = value()?,
+            "--pods" => a.pods = value()?.parse().context("--pods")?,
+            "--image" => a.image = value()?,
+            "--logs-dir" => a.logs_dir = value()?.into(),
+            "--grace" => a.grace = value()?.parse().context("--grace")?,
+            "--json" => a.json = Some(value()?.into()),
+            "--keep" => a.keep = true,
+            other => bail!("unknown flag {other:?}"),
+        }
+    }
+    if a.endpoint.is_empty() || a.logs_dir.as_os_str().is_empty() || a.pods == 0 {
+        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep]");
+    }
+    Ok(a)
+}
+
+/// What one pod's start cost, stage by stage.
+#[derive(Default, Clone)]
+struct Timing {
+    sandbox: Duration,
+    image: Duration,
+    create: Duration,
+    start: Duration,
+    /// From the moment all pods were released to StartContainer's return.
+    running: Duration,
+    sandbox_id: String,
+    container_id: String,
+}
+
+fn sandbox_config(name: &str, uid: &str, logs_dir: &Path) -> api::PodSandboxConfig {
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: "floor".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: logs_dir.to_string_lossy().into_owned(),
+        labels: HashMap::from([
+            ("io.kubernetes.pod.name".into(), name.into()),
+            ("io.kubernetes.pod.namespace".into(), "floor".into()),
+            ("io.kubernetes.pod.uid".into(), uid.into()),
+        ]),
+        linux: Some(api::LinuxPodSandboxConfig {
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(api::NamespaceOption::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn start_pod(
+    cri: CriClient,
+    i: usize,
+    image: String,
+    logs_root: PathBuf,
+    t0: Instant,
+) -> Result<Timing> {
+    let name = format!("floor-{i:03}");
+    let uid = format!("00000000-0000-4000-8000-{i:012}");
+    let logs_dir = logs_root.join(format!("floor_{name}_{uid}"));
+    let config = sandbox_config(&name, &uid, &logs_dir);
+    let mut t = Timing::default();
+
+    let s = Instant::now();
+    tokio::fs::create_dir_all(&logs_dir).await?;
+    t.sandbox_id = cri
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await?
+        .pod_sandbox_id;
+    cri.pod_sandbox_status(api::PodSandboxStatusRequest {
+        pod_sandbox_id: t.sandbox_id.clone(),
+        verbose: false,
+    })
+    .await?;
+    t.sandbox = s.elapsed();
+
+    let s = Instant::now();
+    let spec = api::ImageSpec {
+        image: image.clone(),
+        ..Default::default()
+    };
+    let present = cri
+        .image_status(api::ImageStatusRequest {
+            image: Some(spec.clone()),
+            verbose: false,
+        })
+        .await?
+        .image
+        .map(|i| i.id);
+    let image_ref = match present {
+        Some(id) => id,
+        None => {
+            cri.pull_image(api::PullImageRequest {
+                image: Some(spec),
+                auth: None,
+                sandbox_config: Some(config.clone()),
+            })
+            .await?
+            .image_ref
+        }
+    };
+    t.image = s.elapsed();
+
+    let s = Instant::now();
+    tokio::fs::create_dir_all(logs_dir.join("sleep")).await?;
+    t.container_id = cri
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: t.sandbox_id.clone(),
+            config: Some(api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "sleep".into(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: image_ref,
+                    user_specified_image: image,
+                    ..Default::default()
+                }),
+                command: vec!["sh".into(), "-c".into()],
+                args: vec!["trap 'exit 0' TERM; sleep 3600 & wait".into()],
+                log_path: "sleep/0.log".into(),
+                linux: Some(api::LinuxContainerConfig {
+                    resources: Some(api::LinuxContainerResources {
+                        cpu_shares: 2,
+                        oom_score_adj: 1000,
+                        ..Default::default()
+                    }),
+                    security_context: Some(api::LinuxContainerSecurityContext::default()),
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(config),
+        })
+        .await?
+        .container_id;
+    t.create = s.elapsed();
+
+    let s = Instant::now();
+    cri.start_container(api::StartContainerRequest {
+        container_id: t.container_id.clone(),
+    })
+    .await?;
+    t.start = s.elapsed();
+    t.running = t0.elapsed();
+    Ok(t)
+}
+
+async fn stop_pod(cri: CriClient, t: Timing, grace: i64) -> Result<()> {
+    cri.stop_container(api::StopContainerRequest {
+        container_id: t.container_id.clone(),
+        timeout: grace,
+    })
+    .await?;
+    cri.stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: t.sandbox_id.clone(),
+    })
+    .await?;
+    cri.remove_pod_sandbox(api::RemovePodSandboxRequest {
+        pod_sandbox_id: t.sandbox_id,
+    })
+    .await?;
+    Ok(())
+}
+
+/// Nearest-rank percentile of durations in seconds, as the shell benchmarks compute it.
+fn pct(xs: &[f64], q: usize) -> f64 {
+    let mut s = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = (s.len() * q).div_ceil(100).max(1);
+    s[rank.min(s.len()) - 1]
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let a = parse_args()?;
+    let cri = CriClient::new(&a.endpoint, rkubelet_cri::DEFAULT_TIMEOUT)?;
+    cri.version(api::VersionRequest::default())
+        .await
+        .context("runtime not answering")?;
+
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..a.pods)
+        .map(|i| {
+            tokio::spawn(start_pod(
+                cri.clone(),
+                i,
+                a.image.clone(),
+                a.logs_dir.clone(),
+                t0,
+            ))
+        })
+        .collect();
+    let mut timings = Vec::with_capacity(a.pods);
+    let mut failed = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await? {
+            Ok(t) => timings.push(t),
+            Err(e) => {
+                failed += 1;
+                eprintln!("floor-{i:03}: {e:#}");
+            }
+        }
+    }
+    let all = t0.elapsed().as_secs_f64();
+    let secs = |f: fn(&Timing) -> Duration| -> Vec<f64> {
+        timings.iter().map(|t| f(t).as_secs_f64()).collect()
+    };
+    let run = secs(|t| t.running);
+
+    let mut gone = None;
+    if !a.keep {
+        let t1 = Instant::now();
+        let stops: Vec<_> = timings
+            .iter()
+            .map(|t| tokio::spawn(stop_pod(cri.clone(), t.clone(), a.grace)))
+            .collect();
+        for s in stops {
+            if let Err(e) = s.await? {
+                eprintln!("teardown: {e:#}");
+            }
+        }
+        gone = Some(t1.elapsed().as_secs_f64());
+    }
+
+    if run.is_empty() {
+        bail!("no pod started");
+    }
+    let (p50, p99) = (pct(&run, 50), pct(&run, 99));
+    println!("=== floor: N = {} pods straight on the CRI ===", a.pods);
+    println!("  start -> running   p50 {p50:6.2} s   p99 {p99:6.2} s   all {all:6.2} s");
+    for (stage, xs) in [
+        ("sandbox+CNI", secs(|t| t.sandbox)),
+        ("image status", secs(|t| t.image)),
+        ("create", secs(|t| t.create)),
+        ("start", secs(|t| t.start)),
+    ] {
+        println!(
+            "  {stage:13}      p50 {:6.3} s   p99 {:6.3} s",
+            pct(&xs, 50),
+            pct(&xs, 99)
+        );
+    }
+    if let Some(g) = gone {
+        println!(
+            "  teardown (stop with grace {} s, remove) all {g:6.2} s",
+            a.grace
+        );
+    }
+    if let Some(path) = &a.json {
+        use std::io::Write;
+        let line = serde_json::json!({
+            "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
+        });
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("open {}", path.display()))?;
+        writeln!(f, "{line}")?;
+    }
+    if failed > 0 {
+        bail!("{failed} of {} pods failed to start", a.pods);
+    }
+    Ok(())
+}
