@@ -7,6 +7,9 @@
 #   hack/control-plane.sh kubelet-bin      the upstream kubelet of the same source (built and cached
 #                                          as build does); prints its path. For the swap test
 #                                          (upstream kubelet -> rkubelet on the same node).
+#   hack/control-plane.sh sample-device-plugin-bin   upstream's test/images/sample-device-plugin of
+#                                          the same source (built and cached as build does);
+#                                          prints its path. For the device plugin tests.
 #   hack/control-plane.sh up DIR           start etcd + apiserver under DIR; prints KEY=VALUE lines
 #   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
 #   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
@@ -58,20 +61,33 @@ kubelet_bin() {
     echo "$RK_CACHE/kubernetes-$(source_version)/kubelet"
 }
 
-# Builds whichever of kube-apiserver, kube-controller-manager and kubelet is not cached yet (one
+sample_device_plugin_bin() {
+    echo "$RK_CACHE/kubernetes-$(source_version)/sample-device-plugin"
+}
+
+# The Go package each cached binary is built from.
+package_of() {
+    case "$1" in
+    sample-device-plugin) echo test/images/sample-device-plugin ;;
+    *) echo "cmd/$1" ;;
+    esac
+}
+
+# Builds whichever of kube-apiserver, kube-controller-manager, kubelet and upstream's sample device
+# plugin is not cached yet (one
 # make for all, so a fresh machine extracts the source once); prints the apiserver's path.
 cmd_build() {
     need_root
     ensure_packages
-    local work version dir cmd missing=()
+    local work version dir cmd pkgs=() missing=()
     version="$(source_version)"
     [[ -n "$version" ]] || die "no kubernetes source package found (deb-src line in $SRC_LIST?)"
     dir="$RK_CACHE/kubernetes-$version"
     mkdir -p "$RK_CACHE"
     exec 9>"$RK_CACHE/kube-apiserver.lock"
     flock 9 # one build at a time; the second caller then finds the binaries
-    for cmd in kube-apiserver kube-controller-manager kubelet; do
-        [[ -x "$dir/$cmd" ]] || missing+=("$cmd")
+    for cmd in kube-apiserver kube-controller-manager kubelet sample-device-plugin; do
+        [[ -x "$dir/$cmd" ]] || { missing+=("$cmd") && pkgs+=("$(package_of "$cmd")"); }
     done
     if ((${#missing[@]} == 0)); then
         apiserver_bin
@@ -87,7 +103,7 @@ cmd_build() {
     cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$work/src/vendor/github.com/modern-go/reflect2/"
     # No git checkout and no network: version from the package, modules from vendor/.
     (cd "$work/src" && GOPROXY=off GOFLAGS=-mod=vendor CGO_ENABLED=0 KUBE_GIT_VERSION=v1.20.2 \
-        KUBE_GIT_TREE_STATE=clean make WHAT="${missing[*]/#/cmd/}" >&2)
+        KUBE_GIT_TREE_STATE=clean make WHAT="${pkgs[*]}" >&2)
     mkdir -p "$dir"
     for cmd in "${missing[@]}"; do
         cp "$work/src/_output/local/go/bin/$cmd" "$dir/$cmd.tmp" && mv "$dir/$cmd.tmp" "$dir/$cmd"
@@ -372,9 +388,15 @@ cmd_kubelet_bin() {
     kubelet_bin
 }
 
+cmd_sample_device_plugin_bin() {
+    cmd_build >/dev/null
+    sample_device_plugin_bin
+}
+
 case "${1:-}" in
 build) cmd_build ;;
 kubelet-bin) cmd_kubelet_bin ;;
+sample-device-plugin-bin) cmd_sample_device_plugin_bin ;;
 up) cmd_up "${2:-}" ;;
 node-cert) cmd_node_cert "${2:-}" "${3:-}" ;;
 controller-manager) cmd_controller_manager "${@:2}" ;;
@@ -382,5 +404,5 @@ bootstrap-token) cmd_bootstrap_token "${2:-}" ;;
 down) cmd_down "${2:-}" ;;
 stop-apiserver) cmd_stop_apiserver "${2:-}" ;;
 start-apiserver) cmd_start_apiserver "${2:-}" ;;
-*) die "usage: $0 build | kubelet-bin | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
+*) die "usage: $0 build | kubelet-bin | sample-device-plugin-bin | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
 esac

@@ -26,6 +26,7 @@ pub mod objects;
 pub mod oom;
 pub mod pleg;
 pub mod pod_workers;
+pub mod podresources;
 pub mod podutil;
 pub mod prober;
 pub mod resources;

@@ -205,3 +205,9 @@ mod tests {
         );
     }
 }
+
+/// Upstream `IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io/` (the
+/// qualified-name syntax check is left to API validation). Device plugins advertise these.
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}

@@ -179,7 +179,7 @@ impl<S: PodSyncer> SyncLoop<S> {
     async fn add_or_update(&mut self, uid: String, pod: Arc<Pod>) {
         let known = self.pods.contains_key(&uid);
         if !known && pod.metadata.deletion_timestamp.is_none() && !is_terminal_in_api(&pod) {
-            if let Err(r) = self.admit(&pod) {
+            if let Err(r) = self.admit(&pod).await {
                 warn!(pod = %podutil::describe(&pod), reason = %r.reason, message = %r.message, "pod rejected");
                 self.recorder.pod_event(
                     &pod,
@@ -233,7 +233,9 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// Upstream `canAdmitPod`: node pressure first (the eviction manager's handler), then the
     /// predicates against the pods already admitted and still active. A pod whose containers
     /// already run (adopted after a restart) holds its resources already and is not re-checked.
-    fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
+    /// Between the two, upstream's resource allocation handler: a pod asking for a device plugin
+    /// resource gets its devices now, or is rejected `UnexpectedAdmissionError`.
+    async fn admit(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
         let uid = podutil::uid(pod);
         if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
             return Ok(());
@@ -245,6 +247,13 @@ impl<S: PodSyncer> SyncLoop<S> {
             .filter(|(u, _)| self.workers.holds_resources(u))
             .map(|(_, p)| &**p)
             .collect();
+        if let Some(devices) = self.cm.devices().filter(|_| admission::wants_extended(pod)) {
+            let uids = active.iter().map(|p| podutil::uid(p).to_string()).collect();
+            devices
+                .allocate(pod.clone(), uids)
+                .await
+                .map_err(|e| admission::Rejection::unexpected(&e))?;
+        }
         admission::admit(pod, &self.node_view, &active)
     }
 

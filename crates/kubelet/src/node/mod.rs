@@ -48,6 +48,9 @@ pub struct NodeAgent {
     pub eviction: crate::eviction::EvictionHandle,
     /// The status and Lease cadence and `nodeStatusMaxImages`.
     pub config: NodeStatusConfig,
+    /// Device plugin resources for capacity and allocatable (upstream
+    /// `devicePluginResourceCapacityFunc`).
+    pub devices: Option<crate::cm::devices::DeviceHandle>,
 }
 
 impl NodeAgent {
@@ -211,6 +214,12 @@ impl NodeAgent {
                 last.as_ref(),
             );
             st.images = self.images().await;
+            if let Some(d) = &self.devices {
+                match d.capacity().await {
+                    Ok(cap) => status::add_device_resources(&mut st, &cap),
+                    Err(e) => warn!(error = %e, "device plugin capacity unavailable"),
+                }
+            }
             let due = last_report.is_none_or(|t| t.elapsed() >= self.config.report_frequency);
             if !due && last.as_ref().is_some_and(|l| !status::changed(l, &st)) {
                 continue;
