@@ -13,6 +13,7 @@ pub mod dns;
 pub mod events;
 pub mod eviction;
 pub mod expansion;
+pub mod grpc_uds;
 pub mod health;
 pub mod hosts;
 pub mod images;

@@ -69,10 +69,7 @@ pub async fn serve(
     let listener = UnixListener::bind(&sock).map_err(io(&sock))?;
     info!(path = %sock.display(), "serving the pod resources API");
     let svc = v1::pod_resources_lister_server::PodResourcesListerServer::new(Lister { source });
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        let conn = l.accept().await.map(|(s, _)| s);
-        Some((conn, l))
-    });
+    let incoming = crate::grpc_uds::incoming(listener);
     Ok(async move {
         if let Err(e) = tonic::transport::Server::builder()
             .add_service(svc)

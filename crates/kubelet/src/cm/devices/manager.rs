@@ -54,6 +54,11 @@ fn rpc_error(
             what,
             message: format!("timed out after {RPC_TIMEOUT:?}"),
         }),
+        Ok(Err(s)) if what == "Allocate" => Err(DeviceError::AllocateRpc(format!(
+            "rpc error: code = {:?} desc = {}",
+            s.code(),
+            s.message()
+        ))),
         Ok(Err(s)) => Err(DeviceError::Rpc {
             what,
             message: format!("rpc error: code = {:?} desc = {}", s.code(), s.message()),
@@ -123,10 +128,7 @@ impl Manager {
         let svc = api::registration_server::RegistrationServer::new(plugins::Registration {
             tx: self.tx.clone(),
         });
-        let incoming = futures::stream::unfold(listener, |l| async move {
-            let conn = l.accept().await.map(|(s, _)| s);
-            Some((conn, l))
-        });
+        let incoming = crate::grpc_uds::incoming(listener);
         let stop = cancel.clone();
         self.tasks.spawn(async move {
             if let Err(e) = tonic::transport::Server::builder()

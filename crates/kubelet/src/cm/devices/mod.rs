@@ -45,6 +45,9 @@ pub enum DeviceError {
     UnknownPlugin(String),
     #[error("no containers return in allocation response {0}")]
     EmptyResponse(String),
+    /// `Allocate`'s gRPC error as upstream passes it on, unwrapped.
+    #[error("{0}")]
+    AllocateRpc(String),
     #[error("device plugin {what} rpc failed with err: {message}")]
     Rpc { what: &'static str, message: String },
     /// Upstream `callPreStartContainerIfNeeded`'s error when nothing was allocated.

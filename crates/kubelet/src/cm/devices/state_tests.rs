@@ -56,13 +56,14 @@ fn devices_to_allocate_table() {
     st.insert("p1", "c", R, alloc(&["Dev-1"]));
     let none = BTreeSet::new();
     // (pod, container, required, reusable, expected)
-    let cases: Vec<(
-        &str,
-        &str,
+    type Case = (
+        &'static str,
+        &'static str,
         usize,
         BTreeSet<String>,
         Result<Need, AllocError>,
-    )> = vec![
+    );
+    let cases: Vec<Case> = vec![
         ("p1", "c", 1, none.clone(), Ok(Need::Satisfied)),
         (
             "p1",
@@ -142,7 +143,8 @@ fn requested_devices_unavailable_message_is_upstreams() {
 #[test]
 fn choose_prefers_reusable_then_plugin_preference_then_id_order() {
     let avail = set(&["a", "b", "c"]);
-    let cases: Vec<(usize, BTreeSet<String>, Vec<&str>, BTreeSet<String>)> = vec![
+    type Case = (usize, BTreeSet<String>, Vec<&'static str>, BTreeSet<String>);
+    let cases: Vec<Case> = vec![
         (2, BTreeSet::new(), vec![], set(&["a", "b"])),
         (2, BTreeSet::new(), vec!["c"], set(&["a", "c"])),
         (1, BTreeSet::new(), vec!["x", "b"], set(&["b"])),
