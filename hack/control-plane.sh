@@ -10,6 +10,9 @@
 #   hack/control-plane.sh kubeadm-bins     kubeadm, kube-proxy and kube-scheduler of the same source
 #                                          (built and cached as build does); prints their paths, one
 #                                          a line. For the kubeadm test (tests/kubeadm.rs).
+#   hack/control-plane.sh sample-device-plugin-bin   upstream's test/images/sample-device-plugin of
+#                                          the same source (built and cached as build does);
+#                                          prints its path. For the device plugin tests.
 #   hack/control-plane.sh up DIR           start etcd + apiserver under DIR; prints KEY=VALUE lines
 #   hack/control-plane.sh node-cert DIR N  node client cert (system:node:N) + kubeconfig; prints its path
 #   hack/control-plane.sh stop-apiserver DIR / start-apiserver DIR   an outage, for tests
@@ -63,13 +66,25 @@ kubelet_bin() {
 
 # Every binary the tests use, all from the one Debian source: a fresh machine extracts it once and
 # runs one make for whatever is missing.
-BINARIES=(kube-apiserver kube-controller-manager kubelet kubeadm kube-proxy kube-scheduler)
+BINARIES=(kube-apiserver kube-controller-manager kubelet kubeadm kube-proxy kube-scheduler sample-device-plugin)
+
+sample_device_plugin_bin() {
+    echo "$RK_CACHE/kubernetes-$(source_version)/sample-device-plugin"
+}
+
+# The Go package each cached binary is built from.
+package_of() {
+    case "$1" in
+    sample-device-plugin) echo test/images/sample-device-plugin ;;
+    *) echo "cmd/$1" ;;
+    esac
+}
 
 # Builds whichever of BINARIES is not cached yet; prints the apiserver's path.
 cmd_build() {
     need_root
     ensure_packages
-    local work version dir cmd missing=()
+    local work version dir cmd pkgs=() missing=()
     version="$(source_version)"
     [[ -n "$version" ]] || die "no kubernetes source package found (deb-src line in $SRC_LIST?)"
     dir="$RK_CACHE/kubernetes-$version"
@@ -77,7 +92,7 @@ cmd_build() {
     exec 9>"$RK_CACHE/kube-apiserver.lock"
     flock 9 # one build at a time; the second caller then finds the binaries
     for cmd in "${BINARIES[@]}"; do
-        [[ -x "$dir/$cmd" ]] || missing+=("$cmd")
+        [[ -x "$dir/$cmd" ]] || { missing+=("$cmd") && pkgs+=("$(package_of "$cmd")"); }
     done
     if ((${#missing[@]} == 0)); then
         apiserver_bin
@@ -93,7 +108,7 @@ cmd_build() {
     cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$work/src/vendor/github.com/modern-go/reflect2/"
     # No git checkout and no network: version from the package, modules from vendor/.
     (cd "$work/src" && GOPROXY=off GOFLAGS=-mod=vendor CGO_ENABLED=0 KUBE_GIT_VERSION=v1.20.2 \
-        KUBE_GIT_TREE_STATE=clean make WHAT="${missing[*]/#/cmd/}" >&2)
+        KUBE_GIT_TREE_STATE=clean make WHAT="${pkgs[*]}" >&2)
     mkdir -p "$dir"
     for cmd in "${missing[@]}"; do
         cp "$work/src/_output/local/go/bin/$cmd" "$dir/$cmd.tmp" && mv "$dir/$cmd.tmp" "$dir/$cmd"
@@ -385,10 +400,16 @@ cmd_kubeadm_bins() {
     for cmd in kubeadm kube-proxy kube-scheduler; do echo "$dir/$cmd"; done
 }
 
+cmd_sample_device_plugin_bin() {
+    cmd_build >/dev/null
+    sample_device_plugin_bin
+}
+
 case "${1:-}" in
 build) cmd_build ;;
 kubelet-bin) cmd_kubelet_bin ;;
 kubeadm-bins) cmd_kubeadm_bins ;;
+sample-device-plugin-bin) cmd_sample_device_plugin_bin ;;
 up) cmd_up "${2:-}" ;;
 node-cert) cmd_node_cert "${2:-}" "${3:-}" ;;
 controller-manager) cmd_controller_manager "${@:2}" ;;
@@ -396,5 +417,5 @@ bootstrap-token) cmd_bootstrap_token "${2:-}" ;;
 down) cmd_down "${2:-}" ;;
 stop-apiserver) cmd_stop_apiserver "${2:-}" ;;
 start-apiserver) cmd_start_apiserver "${2:-}" ;;
-*) die "usage: $0 build | kubelet-bin | kubeadm-bins | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
+*) die "usage: $0 build | kubelet-bin | kubeadm-bins | sample-device-plugin-bin | up DIR | node-cert DIR NODE | controller-manager DIR [FLAG...] | bootstrap-token DIR | stop-apiserver DIR | start-apiserver DIR | down DIR" ;;
 esac

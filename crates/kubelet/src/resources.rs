@@ -111,6 +111,12 @@ pub fn container_resources(c: &Container, period_us: i64) -> LinuxResources {
     }
 }
 
+/// Upstream `IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io/` (the
+/// qualified-name syntax check is left to API validation). Device plugins advertise these.
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::resources::parse_milli;
+use crate::resources::{is_extended_resource, parse_milli};
 
 /// Reason when the pod's `kubernetes.io/os` label names another OS (upstream
 /// `PodOSSelectorNodeLabelDoesNotMatch`).
@@ -40,6 +40,8 @@ pub const NODE_AFFINITY: &str = "NodeAffinity";
 pub const NODE_NAME: &str = "NodeName";
 pub const NODE_PORTS: &str = "NodePorts";
 pub const TAINT_TOLERATION: &str = "TaintToleration";
+/// Reason when allocating a pod's devices (or CPUs) fails.
+pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
 /// Prefix of resource rejections: `OutOfcpu`, `OutOfpods`, `OutOfexample.com/gpu`.
 pub const INSUFFICIENT_RESOURCE_PREFIX: &str = "OutOf";
 
@@ -72,6 +74,15 @@ impl Rejection {
                 start_time,
             )),
             ..Default::default()
+        }
+    }
+
+    /// Upstream's resource allocation handler failing (`resourceAllocator.Admit`, the topology
+    /// manager's `unexpectedAdmissionError`).
+    pub fn unexpected(err: &dyn std::fmt::Display) -> Self {
+        Rejection {
+            reason: UNEXPECTED_ADMISSION_ERROR.into(),
+            message: format!("Allocate failed due to {err}, which is unexpected"),
         }
     }
 
@@ -123,6 +134,20 @@ pub fn admit_pod_count(active: usize, max_pods: u32) -> Result<(), Rejection> {
         saturate(active as i128),
         i64::from(max_pods),
     ))
+}
+
+/// Whether any container of the pod limits an extended resource: only such pods can need a
+/// device plugin's devices, so only they go through the device manager at admission.
+pub fn wants_extended(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter_map(|c| c.resources.as_ref()?.limits.as_ref())
+        .any(|l| l.keys().any(|k| is_extended_resource(k)))
 }
 
 /// Admits `pod` given the pods already admitted and active on the node (`running`), in upstream's order;
@@ -383,12 +408,6 @@ fn saturate(v: i128) -> i64 {
 /// Upstream `IsPrefixedNativeResource`.
 fn is_prefixed_native(name: &str) -> bool {
     name.contains("kubernetes.io/")
-}
-
-/// Upstream `IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io/` (the
-/// qualified-name syntax check is left to API validation).
-fn is_extended_resource(name: &str) -> bool {
-    name.contains('/') && !is_prefixed_native(name) && !name.starts_with("requests.")
 }
 
 /// Upstream `IsScalarResourceName`: the resources `noderesources.Fits` checks besides pods, cpu,

@@ -10,6 +10,7 @@
 //! operation is a no-op and sandboxes get no cgroup parent, as upstream.
 
 pub mod allocatable;
+pub mod devices;
 pub mod names;
 pub mod resources;
 
@@ -81,6 +82,9 @@ pub fn check_swap(cfg: &CgroupConfig) -> Result<(), CmError> {
 #[derive(Clone, Debug)]
 pub struct ContainerManager {
     inner: Arc<Inner>,
+    /// The device manager (upstream `containerManagerImpl.deviceManager`); None in tests that
+    /// run without one.
+    devices: Option<devices::DeviceHandle>,
 }
 
 #[derive(Debug)]
@@ -177,6 +181,7 @@ impl ContainerManager {
             info!(kubepods = %names.literal(&names.kubepods), memory = ?limits.get("memory"), "pod cgroups ready: node allocatable enforced on kubepods");
         }
         Ok(ContainerManager {
+            devices: None,
             inner: Arc::new(Inner {
                 cgroups: s.cgroups,
                 names,
@@ -188,10 +193,21 @@ impl ContainerManager {
         })
     }
 
+    /// With the device manager, whose allocations admission and container starts consult.
+    pub fn with_devices(mut self, devices: devices::DeviceHandle) -> ContainerManager {
+        self.devices = Some(devices);
+        self
+    }
+
+    pub fn devices(&self) -> Option<&devices::DeviceHandle> {
+        self.devices.as_ref()
+    }
+
     /// A manager that manages no cgroups (`cgroupsPerQOS: false`): containers still get the
     /// configured CFS settings and OOM scores, as upstream applies them without pod cgroups.
     pub fn disabled(cfg: &CgroupConfig, memory_capacity: u64) -> ContainerManager {
         ContainerManager {
+            devices: None,
             inner: Arc::new(Inner {
                 cgroups: None,
                 names: PodCgroupNames::new("", cgroups::Driver::Cgroupfs),

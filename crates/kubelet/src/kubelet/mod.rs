@@ -43,6 +43,10 @@ pub enum KubeletError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error("cgroups: {0}")]
     Cgroups(#[from] cgroups::Error),
+    #[error("device manager: {0}")]
+    Devices(#[from] crate::cm::devices::DeviceError),
+    #[error("pod resources API: {0}")]
+    PodResources(#[from] crate::podresources::PodResourcesError),
     #[error("eviction thresholds: {0}")]
     Eviction(String),
     #[error("Failed to register CRI auth plugins: {0}")]
@@ -240,7 +244,16 @@ pub async fn run_with(
         w.secure_server(&node, &api, &stats, &pods).await?;
     }
     let eviction = w.eviction(&api, &stats, &pods)?;
-    let sources = w.sources(extra_source, &api, &node, &version, &eviction.handle);
+    w.pod_resources(&pods, &eviction).await?;
+    let devices = pods.ctx.cm.devices().cloned();
+    let sources = w.sources(
+        extra_source,
+        &api,
+        &node,
+        &version,
+        &eviction.handle,
+        devices,
+    );
     let (sync_loop, inputs) = w.sync_loop(pods, sources, api, eviction);
     sync_loop.run(inputs, cancel.clone()).await;
     shutdown(w.tasks, cancel).await

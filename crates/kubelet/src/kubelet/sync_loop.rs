@@ -183,7 +183,7 @@ impl<S: PodSyncer> SyncLoop<S> {
         let known = self.pods.contains_key(&uid);
         if !known && pod.metadata.deletion_timestamp.is_none() && !is_terminal_in_api(&pod) {
             self.timeline.mark(&pod, crate::timeline::Mark::Seen);
-            let admitted = self.admit(&pod);
+            let admitted = self.admit(&pod).await;
             if admitted.is_ok() {
                 self.timeline.mark(&pod, crate::timeline::Mark::Admitted);
             }
@@ -241,7 +241,9 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// Upstream `canAdmitPod`: node pressure first (the eviction manager's handler), then the
     /// predicates against the pods already admitted and still active. A pod whose containers
     /// already run (adopted after a restart) holds its resources already and is not re-checked.
-    fn admit(&self, pod: &Pod) -> Result<(), admission::Rejection> {
+    /// Between the two, upstream's resource allocation handler: a pod asking for a device plugin
+    /// resource gets its devices now, or is rejected `UnexpectedAdmissionError`.
+    async fn admit(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
         let uid = podutil::uid(pod);
         if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
             return Ok(());
@@ -253,6 +255,13 @@ impl<S: PodSyncer> SyncLoop<S> {
             .filter(|(u, _)| self.workers.holds_resources(u))
             .map(|(_, p)| &**p)
             .collect();
+        if let Some(devices) = self.cm.devices().filter(|_| admission::wants_extended(pod)) {
+            let uids = active.iter().map(|p| podutil::uid(p).to_string()).collect();
+            devices
+                .allocate(pod.clone(), uids)
+                .await
+                .map_err(|e| admission::Rejection::unexpected(&e))?;
+        }
         admission::admit(pod, &self.node_view, &active)
     }
 

@@ -290,7 +290,21 @@ impl Wiring<'_> {
     /// The container manager (upstream `NewContainerManager` + `Start`): kubepods limited to
     /// node allocatable and the QoS tiers, when `cgroupsPerQOS` is on and a cgroup manager is
     /// given; every pod operation a no-op otherwise.
+    /// The device manager starts with it (upstream `containerManagerImpl.Start` starts
+    /// `deviceManager`), whatever the cgroup settings.
     pub async fn container_manager(
+        &mut self,
+        node: &NodeIdentity,
+        cgroups: Option<Arc<dyn cgroups::CgroupManager>>,
+    ) -> Result<crate::cm::ContainerManager, KubeletError> {
+        let cm = self.pod_cgroups(node, cgroups).await?;
+        let (devices, run) =
+            crate::cm::devices::start(&self.cfg.root_dir, self.cancel.child_token()).await?;
+        self.spawn(tracing::info_span!("device_manager"), run);
+        Ok(cm.with_devices(devices))
+    }
+
+    async fn pod_cgroups(
         &self,
         node: &NodeIdentity,
         cgroups: Option<Arc<dyn cgroups::CgroupManager>>,
@@ -660,6 +674,7 @@ impl Wiring<'_> {
         node: &NodeIdentity,
         version: &api::VersionResponse,
         eviction: &crate::eviction::EvictionHandle,
+        devices: Option<crate::cm::devices::DeviceHandle>,
     ) -> Sources {
         let cfg = self.cfg;
         let (snap_tx, snap_rx) = mpsc::channel(16);
@@ -776,6 +791,7 @@ impl Wiring<'_> {
                     eviction: eviction.clone(),
                     config: cfg.node_status,
                     pods_dir: cfg.root_dir.join("pods"),
+                    devices,
                 };
                 self.spawn(
                     tracing::info_span!("node"),
@@ -788,6 +804,23 @@ impl Wiring<'_> {
             expected,
             mirrors,
         }
+    }
+
+    /// The pod-resources API (upstream `ListenAndServePodResources`) on
+    /// `<root-dir>/pod-resources/kubelet.sock`, over the active pods and the device manager.
+    pub async fn pod_resources(
+        &mut self,
+        pods: &PodRuntime,
+        eviction: &EvictionSide,
+    ) -> Result<(), KubeletError> {
+        let source = crate::podresources::Source {
+            pods: eviction.active_pods.subscribe(),
+            devices: pods.ctx.cm.devices().cloned(),
+        };
+        let run = crate::podresources::serve(&self.cfg.root_dir, source, self.cancel.child_token())
+            .await?;
+        self.spawn(tracing::info_span!("pod_resources"), run);
+        Ok(())
     }
 
     /// The pod workers on the kubelet's syncer, and the SyncLoop over everything above.

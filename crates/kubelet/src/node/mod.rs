@@ -50,6 +50,9 @@ pub struct NodeAgent {
     pub config: NodeStatusConfig,
     /// `<root-dir>/pods`, where `volumesInUse` is read from.
     pub pods_dir: std::path::PathBuf,
+    /// Device plugin resources for capacity and allocatable (upstream
+    /// `devicePluginResourceCapacityFunc`).
+    pub devices: Option<crate::cm::devices::DeviceHandle>,
 }
 
 impl NodeAgent {
@@ -222,6 +225,12 @@ impl NodeAgent {
                 .unwrap_or_default()
             };
             st.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
+            if let Some(d) = &self.devices {
+                match d.capacity().await {
+                    Ok(cap) => status::add_device_resources(&mut st, &cap),
+                    Err(e) => warn!(error = %e, "device plugin capacity unavailable"),
+                }
+            }
             let due = last_report.is_none_or(|t| t.elapsed() >= self.config.report_frequency);
             if !due && last.as_ref().is_some_and(|l| !status::changed(l, &st)) {
                 continue;

@@ -142,6 +142,27 @@ pub fn resources(
     (capacity, alloc)
 }
 
+/// Device plugin resources into capacity and allocatable (upstream `MachineInfo` setter with
+/// `devicePluginResourceCapacityFunc`): counts as plain integers; a resource whose plugin is
+/// gone for good shows 0 once, the last value the API server then keeps.
+pub fn add_device_resources(st: &mut NodeStatus, d: &crate::cm::devices::Capacity) {
+    let int = |v: i64| Quantity(v.to_string());
+    let cap = st.capacity.get_or_insert_with(Default::default);
+    for (k, v) in &d.capacity {
+        cap.insert(k.clone(), int(*v));
+    }
+    for k in &d.deleted {
+        cap.insert(k.clone(), int(0));
+    }
+    let alloc = st.allocatable.get_or_insert_with(Default::default);
+    for (k, v) in &d.allocatable {
+        alloc.insert(k.clone(), int(*v));
+    }
+    for k in &d.deleted {
+        alloc.insert(k.clone(), int(0));
+    }
+}
+
 /// The Node to register (upstream `initialNode`).
 pub fn initial_node(s: &NodeSettings, m: &MachineInfo, runtime_version: &str) -> Node {
     Node {

@@ -43,6 +43,11 @@ pub struct RunContainerOptions {
     /// `cpuCFSQuotaPeriod`).
     pub cfs_quota: bool,
     pub cfs_period_us: u64,
+    /// Device nodes from device plugins' `Allocate` answers (upstream `opts.Devices`).
+    pub devices: Vec<api::Device>,
+    /// Annotations from device plugins (upstream `opts.Annotations`); the kubelet's own
+    /// annotations win over them.
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Container log path relative to the sandbox log directory: `<name>/<restartCount>.log`.
@@ -123,7 +128,13 @@ pub fn container_config(
         mounts: mounts(c, opts),
         devices: opts.devices.clone(),
         labels: labels::container_labels(pod, c),
-        annotations: labels::container_annotations(pod, c, restart_count, kind),
+        annotations: {
+            let mut a: std::collections::HashMap<String, String> =
+                opts.annotations.iter().cloned().collect();
+            a.extend(labels::container_annotations(pod, c, restart_count, kind));
+            a
+        },
+        devices: opts.devices.clone(),
         log_path: log_path(c, restart_count),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),

@@ -67,6 +67,7 @@ pub async fn generate(
         objects: &objects,
         services: &services,
     };
+    let dev = device_options(ctx, pod, c).await?;
     let env = env::make_env(pod, c, &cx).map_err(|e| config_error(e.0))?;
     for message in env.invalid_names {
         ctx.recorder.pod_event(
@@ -77,15 +78,28 @@ pub async fn generate(
             message,
         );
     }
-    let envs = env.vars;
-    // Volume mounts first, in volumeMounts order, as upstream's makeMounts returns them.
-    let mut mounts = {
+    // Device plugins' envs first, the container's own after them (the later wins), as
+    // upstream appends the environment to the device options.
+    let envs: Vec<_> = dev.envs.into_iter().chain(env.vars).collect();
+    // Device plugins' mounts, then volume mounts in volumeMounts order, as upstream appends
+    // makeMounts' result to the device options.
+    let mut mounts: Vec<_> = dev
+        .mounts
+        .iter()
+        .map(|m| rkubelet_cri::api::Mount {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.read_only,
+            ..Default::default()
+        })
+        .collect();
+    mounts.extend({
         let (c, volumes, envs, dir) = (c.clone(), volumes.clone(), envs.clone(), pod_dir(ctx, pod));
         tokio::task::spawn_blocking(move || mounts::make_mounts(&dir, &c, &volumes, &envs))
             .await
             .map_err(|e| config_error(format!("make mounts: {e}")))?
             .map_err(|e| config_error(e.to_string()))?
-    };
+    });
     // Upstream mounts the hosts file once the pod has an IP (a host-network pod has the node's),
     // unless the container mounts something of its own there.
     let own_hosts = c
@@ -122,5 +136,36 @@ pub async fn generate(
         oom_score_adj: ctx.cm.oom_score_adj(pod, c),
         cfs_quota: ctx.cm.cfs().0,
         cfs_period_us: ctx.cm.cfs().1,
+        devices: dev
+            .devices
+            .into_iter()
+            .map(|d| rkubelet_cri::api::Device {
+                container_path: d.container_path,
+                host_path: d.host_path,
+                permissions: d.permissions,
+            })
+            .collect(),
+        annotations: dev.annotations,
     })
+}
+
+/// Upstream `containerManager.GetResources` → `GetDeviceRunContainerOptions`, for containers
+/// that limit an extended resource (nothing to ask for the others).
+async fn device_options(
+    ctx: &SyncContext,
+    pod: &Pod,
+    c: &Container,
+) -> Result<crate::cm::devices::RunOptions, StartError> {
+    let extended = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .is_some_and(|l| l.keys().any(|k| crate::resources::is_extended_resource(k)));
+    let Some(devices) = ctx.cm.devices().filter(|_| extended) else {
+        return Ok(Default::default());
+    };
+    devices
+        .run_options(std::sync::Arc::new(pod.clone()), &c.name)
+        .await
+        .map_err(|e| config_error(e.to_string()))
 }
