@@ -32,7 +32,7 @@ async fn metrics_count_pods_runtime_calls_and_start_latency() {
     // PLEG updates the running gauges on each relist. A relist can see both sandboxes ready while
     // the containers are still being started (the pods' Running status comes from their workers,
     // not from PLEG), so wait for the relist that sees both gauges at 2: two pods, two containers.
-    let gauges = |s: &Scrape| {
+    fn gauges(s: &Scrape) -> (Option<&Value>, Option<&Value>) {
         (
             value(s, "kubelet_running_pods", None),
             value(
@@ -41,7 +41,7 @@ async fn metrics_count_pods_runtime_calls_and_start_latency() {
                 Some(("container_state", "running")),
             ),
         )
-    };
+    }
     let s = wait_until(
         Duration::from_secs(10),
         "running pods and containers gauges at 2",

@@ -25,7 +25,9 @@ pub struct RunContainerOptions {
     /// Bind mounts the kubelet provides: the volumeMounts (upstream `makeMounts`), then the
     /// managed /etc/hosts.
     pub mounts: Vec<api::Mount>,
-    /// Block volumes for the container's volumeDevices (upstream `makeBlockVolumes`).
+    /// Device nodes: block volumes for the container's volumeDevices (upstream
+    /// `makeBlockVolumes`), then those of device plugins' `Allocate` answers (upstream
+    /// `opts.Devices`).
     pub devices: Vec<api::Device>,
     /// The user the image runs as, for runAsNonRoot and the default runAsUser.
     pub image_user: ImageUser,
@@ -43,8 +45,6 @@ pub struct RunContainerOptions {
     /// `cpuCFSQuotaPeriod`).
     pub cfs_quota: bool,
     pub cfs_period_us: u64,
-    /// Device nodes from device plugins' `Allocate` answers (upstream `opts.Devices`).
-    pub devices: Vec<api::Device>,
     /// Annotations from device plugins (upstream `opts.Annotations`); the kubelet's own
     /// annotations win over them.
     pub annotations: Vec<(String, String)>,
@@ -134,7 +134,6 @@ pub fn container_config(
             a.extend(labels::container_annotations(pod, c, restart_count, kind));
             a
         },
-        devices: opts.devices.clone(),
         log_path: log_path(c, restart_count),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),

@@ -124,7 +124,12 @@ pub async fn generate(
         .image_user(image_ref)
         .await
         .map_err(|e| config_error(format!("inspect image {image_ref}: {}", e.message())))?;
-    let devices = mounts::make_devices(c, volumes).map_err(|e| config_error(e.to_string()))?;
+    let mut devices = mounts::make_devices(c, volumes).map_err(|e| config_error(e.to_string()))?;
+    devices.extend(dev.devices.into_iter().map(|d| rkubelet_cri::api::Device {
+        container_path: d.container_path,
+        host_path: d.host_path,
+        permissions: d.permissions,
+    }));
     Ok(RunContainerOptions {
         envs,
         mounts,
@@ -136,15 +141,6 @@ pub async fn generate(
         oom_score_adj: ctx.cm.oom_score_adj(pod, c),
         cfs_quota: ctx.cm.cfs().0,
         cfs_period_us: ctx.cm.cfs().1,
-        devices: dev
-            .devices
-            .into_iter()
-            .map(|d| rkubelet_cri::api::Device {
-                container_path: d.container_path,
-                host_path: d.host_path,
-                permissions: d.permissions,
-            })
-            .collect(),
         annotations: dev.annotations,
     })
 }
