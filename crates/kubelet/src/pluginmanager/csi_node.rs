@@ -258,16 +258,19 @@ mod tests {
         let other = driver_entry("o", &info);
         // Added, unchanged (None), replaced, removed, removing an absent one (None).
         assert_eq!(
-            with_driver(&[other.clone()], "d", Some(e.clone())),
+            with_driver(std::slice::from_ref(&other), "d", Some(e.clone())),
             Some(vec![other.clone(), e.clone()])
         );
-        assert_eq!(with_driver(&[e.clone()], "d", Some(e.clone())), None);
+        assert_eq!(
+            with_driver(std::slice::from_ref(&e), "d", Some(e.clone())),
+            None
+        );
         let renamed = CSINodeDriver {
             node_id: "n2".into(),
             ..e.clone()
         };
         assert_eq!(
-            with_driver(&[e.clone()], "d", Some(renamed.clone())),
+            with_driver(std::slice::from_ref(&e), "d", Some(renamed.clone())),
             Some(vec![renamed])
         );
         assert_eq!(

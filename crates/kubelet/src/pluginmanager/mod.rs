@@ -74,8 +74,9 @@ impl CsiDrivers {
     }
 }
 
-/// A socket as found: its identity, so that a re-created socket registers anew.
-type SocketId = (u64, u64);
+/// A socket as found: its identity (device, inode and change time, as upstream compares the
+/// socket's timestamp), so that a re-created socket registers anew.
+type SocketId = (u64, u64, i64, i64);
 
 struct Registered {
     id: SocketId,
@@ -304,7 +305,53 @@ fn scan(dir: &Path, out: &mut BTreeMap<PathBuf, SocketId>) {
         if meta.file_type().is_dir() {
             scan(&path, out);
         } else if meta.file_type().is_socket() {
-            out.insert(path, (meta.dev(), meta.ino()));
+            out.insert(
+                path,
+                (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()),
+            );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The desired state: sockets at any depth, not regular files, not names starting with `.`;
+    /// a re-created socket has a new identity.
+    #[test]
+    fn scan_finds_sockets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("sub/deeper")).expect("mkdir");
+        std::fs::create_dir_all(d.join(".hidden")).expect("mkdir");
+        let bind = |p: &Path| std::os::unix::net::UnixListener::bind(p).expect("bind");
+        let _a = bind(&d.join("a-reg.sock"));
+        let _b = bind(&d.join("sub/deeper/b.sock"));
+        let _h = bind(&d.join(".h.sock"));
+        let _hd = bind(&d.join(".hidden/c.sock"));
+        std::fs::write(d.join("file.sock"), "").expect("write");
+
+        let mut found = BTreeMap::new();
+        scan(d, &mut found);
+        let names: Vec<PathBuf> = found.keys().cloned().collect();
+        assert_eq!(
+            names,
+            vec![d.join("a-reg.sock"), d.join("sub/deeper/b.sock")]
+        );
+
+        let before = found[&d.join("a-reg.sock")];
+        drop(_a);
+        std::fs::remove_file(d.join("a-reg.sock")).expect("rm");
+        // The inode number may be reused; the change time (coarse: one clock tick) tells apart.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _a2 = bind(&d.join("a-reg.sock"));
+        let mut again = BTreeMap::new();
+        scan(d, &mut again);
+        assert_ne!(again[&d.join("a-reg.sock")], before);
+
+        let mut none = BTreeMap::new();
+        scan(&d.join("missing"), &mut none);
+        assert!(none.is_empty());
     }
 }

@@ -92,14 +92,17 @@ impl Registrant {
     }
 }
 
+/// major, minor, patch.
+pub type Version = (u64, u64, u64);
+
 /// Upstream `highestSupportedVersion`: the highest of the plugin's versions whose major is 1
 /// (the only CSI major the kubelet speaks), parsed as upstream's `ParseGeneric` (an optional
 /// leading `v`, two or three dot-separated numbers).
-pub fn highest_supported_version(versions: &[String]) -> Result<(u64, u64, u64), String> {
+pub fn highest_supported_version(versions: &[String]) -> Result<Version, String> {
     if versions.is_empty() {
         return Err("CSI driver reporting empty array for supported versions".into());
     }
-    let mut best: Option<(u64, u64, u64)> = None;
+    let mut best: Option<Version> = None;
     for v in versions {
         let Some(parsed) = parse_generic(v) else {
             continue;
@@ -113,7 +116,7 @@ pub fn highest_supported_version(versions: &[String]) -> Result<(u64, u64, u64),
     })
 }
 
-fn parse_generic(v: &str) -> Option<(u64, u64, u64)> {
+fn parse_generic(v: &str) -> Option<Version> {
     let v = v.trim().strip_prefix('v').unwrap_or(v.trim());
     let parts: Vec<&str> = v.split('.').collect();
     if !(2..=3).contains(&parts.len()) {
@@ -134,7 +137,7 @@ mod tests {
     #[test]
     fn versions() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let cases: &[(&[&str], Result<(u64, u64, u64), ()>)] = &[
+        let cases: &[(&[&str], Result<Version, ()>)] = &[
             (&["1.0.0"], Ok((1, 0, 0))),
             (&["v1.2.0", "1.10"], Ok((1, 10, 0))),
             (&["0.3.0", "1.1.0"], Ok((1, 1, 0))),
