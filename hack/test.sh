@@ -33,6 +33,7 @@ if mount | grep -q '/tmp/rkt-'; then leftovers+=" mounts"; fi
 if ip -o link show | grep -Eq 'rkbr(1[0-9][0-9]|2[0-5][0-9]):'; then leftovers+=" bridges"; fi
 if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
 if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
+if pgrep -f 'target/debug/rkt-csi-hostpath' >/dev/null; then leftovers+=" csi-driver"; fi
 if pgrep -f -- '/tmp/rkt-cp-' >/dev/null; then leftovers+=" control-plane"; fi
 # The kubeadm test's nodes (hack/kubeadm.sh): a netns each, a veth and a route to its pods.
 if ip netns list | grep -q '^rkt-'; then leftovers+=" netns"; fi

@@ -26,6 +26,7 @@ pub mod object_cache;
 pub mod objects;
 pub mod oom;
 pub mod pleg;
+pub mod pluginmanager;
 pub mod pod_workers;
 pub mod podresources;
 pub mod podutil;

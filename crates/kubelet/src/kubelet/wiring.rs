@@ -461,6 +461,16 @@ impl Wiring<'_> {
             tracing::info_span!("image_gc"),
             image_gc_task.run(self.cancel.child_token()),
         );
+        // Upstream's plugin manager: CSI node plugins register through <root-dir>/plugins_registry.
+        let (plugin_mgr, _csi_drivers) = crate::pluginmanager::PluginManager::new(
+            &cfg.root_dir,
+            cfg.node_name.clone(),
+            api.client.clone(),
+        );
+        self.spawn(
+            tracing::info_span!("plugin_manager"),
+            plugin_mgr.run(self.cancel.child_token()),
+        );
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());

@@ -1,0 +1,319 @@
+//! `rkt-csi-hostpath`: a small host-path CSI node plugin for the tests (issue 18 item 4).
+//!
+//! It is a plain CSI driver plus its own registrar, as a real node plugin is deployed
+//! (the driver and node-driver-registrar): the CSI Identity and Node services on `--endpoint`,
+//! and the kubelet's `pluginregistration.Registration` service on `--registration` (a socket in
+//! the kubelet's `plugins_registry`). Nothing in it knows about rkubelet, so it behaves the same
+//! under the upstream kubelet.
+//!
+//! Volumes are directories `<--state-dir>/<volume_id>`; `NodePublishVolume` bind-mounts one onto
+//! the target path (read-only when asked), `NodeUnpublishVolume` unmounts and removes the target.
+//! It advertises no node capabilities, so STAGE_UNSTAGE calls answer `Unimplemented` as the spec
+//! asks. On SIGTERM/SIGINT it removes both sockets, which deregisters it from the kubelet.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use csi_proto::csi::v1 as csi;
+use csi_proto::pluginregistration as reg;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+#[derive(Clone)]
+struct Opts {
+    name: String,
+    endpoint: PathBuf,
+    registration: PathBuf,
+    node_id: String,
+    state_dir: PathBuf,
+    max_volumes: i64,
+    topology: HashMap<String, String>,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        name: "hostpath.csi.rkubelet.test".into(),
+        endpoint: PathBuf::new(),
+        registration: PathBuf::new(),
+        node_id: String::new(),
+        state_dir: PathBuf::new(),
+        max_volumes: 0,
+        topology: HashMap::new(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--driver-name" => o.name = value,
+            "--endpoint" => o.endpoint = value.into(),
+            "--registration" => o.registration = value.into(),
+            "--node-id" => o.node_id = value,
+            "--state-dir" => o.state_dir = value.into(),
+            "--max-volumes" => o.max_volumes = value.parse().map_err(|e| format!("{flag}: {e}"))?,
+            "--topology" => {
+                let (k, v) = value
+                    .split_once('=')
+                    .ok_or(format!("{flag}: want key=value"))?;
+                o.topology.insert(k.into(), v.into());
+            }
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    for (what, empty) in [
+        ("--endpoint", o.endpoint.as_os_str().is_empty()),
+        ("--registration", o.registration.as_os_str().is_empty()),
+        ("--node-id", o.node_id.is_empty()),
+        ("--state-dir", o.state_dir.as_os_str().is_empty()),
+    ] {
+        if empty {
+            return Err(format!("{what} is required"));
+        }
+    }
+    Ok(o)
+}
+
+struct Identity(Opts);
+
+#[tonic::async_trait]
+impl csi::identity_server::Identity for Identity {
+    async fn get_plugin_info(
+        &self,
+        _: Request<csi::GetPluginInfoRequest>,
+    ) -> Result<Response<csi::GetPluginInfoResponse>, Status> {
+        Ok(Response::new(csi::GetPluginInfoResponse {
+            name: self.0.name.clone(),
+            vendor_version: env!("CARGO_PKG_VERSION").into(),
+            manifest: HashMap::new(),
+        }))
+    }
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<csi::GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<csi::GetPluginCapabilitiesResponse>, Status> {
+        Ok(Response::new(csi::GetPluginCapabilitiesResponse::default()))
+    }
+    async fn probe(
+        &self,
+        _: Request<csi::ProbeRequest>,
+    ) -> Result<Response<csi::ProbeResponse>, Status> {
+        Ok(Response::new(csi::ProbeResponse { ready: Some(true) }))
+    }
+}
+
+struct Node(Opts);
+
+fn is_mount_point(path: &Path) -> bool {
+    let want = path.to_string_lossy();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| t.lines().any(|l| l.split(' ').nth(4) == Some(&want)))
+        .unwrap_or(false)
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> Status {
+    Status::internal(format!("{what}: {e}"))
+}
+
+#[tonic::async_trait]
+impl csi::node_server::Node for Node {
+    async fn node_stage_volume(
+        &self,
+        _: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME not supported"))
+    }
+    async fn node_unstage_volume(
+        &self,
+        _: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME not supported"))
+    }
+    async fn node_publish_volume(
+        &self,
+        req: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        let r = req.into_inner();
+        if r.volume_id.is_empty() || r.volume_id.contains('/') || r.volume_id.starts_with('.') {
+            return Err(Status::invalid_argument(format!(
+                "invalid volume_id {:?}",
+                r.volume_id
+            )));
+        }
+        if r.target_path.is_empty() {
+            return Err(Status::invalid_argument("target_path missing"));
+        }
+        if r.volume_capability.is_none() {
+            return Err(Status::invalid_argument("volume_capability missing"));
+        }
+        let source = self.0.state_dir.join(&r.volume_id);
+        let target = PathBuf::from(&r.target_path);
+        std::fs::create_dir_all(&source).map_err(|e| internal("create volume", e))?;
+        std::fs::create_dir_all(&target).map_err(|e| internal("create target", e))?;
+        if is_mount_point(&target) {
+            return Ok(Response::new(csi::NodePublishVolumeResponse {}));
+        }
+        mount(
+            Some(&source),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| internal("bind mount", e))?;
+        if r.readonly {
+            let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+            if let Err(e) = mount(None::<&str>, &target, None::<&str>, flags, None::<&str>) {
+                let _ = umount2(&target, MntFlags::empty());
+                return Err(internal("read-only remount", e));
+            }
+        }
+        eprintln!("published volume {} at {}", r.volume_id, r.target_path);
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+    async fn node_unpublish_volume(
+        &self,
+        req: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        let r = req.into_inner();
+        let target = PathBuf::from(&r.target_path);
+        if is_mount_point(&target) {
+            umount2(&target, MntFlags::empty()).map_err(|e| internal("unmount", e))?;
+        }
+        match std::fs::remove_dir(&target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(internal("remove target", e)),
+        }
+        eprintln!("unpublished volume {} from {}", r.volume_id, r.target_path);
+        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+    async fn node_get_volume_stats(
+        &self,
+        _: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        Err(Status::unimplemented("GET_VOLUME_STATS not supported"))
+    }
+    async fn node_expand_volume(
+        &self,
+        _: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("EXPAND_VOLUME not supported"))
+    }
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse::default()))
+    }
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(csi::NodeGetInfoResponse {
+            node_id: self.0.node_id.clone(),
+            max_volumes_per_node: self.0.max_volumes,
+            accessible_topology: (!self.0.topology.is_empty()).then(|| csi::Topology {
+                segments: self.0.topology.clone(),
+            }),
+        }))
+    }
+}
+
+/// What node-driver-registrar serves on the kubelet's registration socket.
+struct Registrar(Opts);
+
+#[tonic::async_trait]
+impl reg::registration_server::Registration for Registrar {
+    async fn get_info(
+        &self,
+        _: Request<reg::InfoRequest>,
+    ) -> Result<Response<reg::PluginInfo>, Status> {
+        eprintln!("GetInfo");
+        Ok(Response::new(reg::PluginInfo {
+            r#type: "CSIPlugin".into(),
+            name: self.0.name.clone(),
+            endpoint: self.0.endpoint.display().to_string(),
+            supported_versions: vec!["1.0.0".into()],
+        }))
+    }
+    async fn notify_registration_status(
+        &self,
+        req: Request<reg::RegistrationStatus>,
+    ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
+        let s = req.into_inner();
+        eprintln!(
+            "registration status: registered={} error={:?}",
+            s.plugin_registered, s.error
+        );
+        Ok(Response::new(reg::RegistrationStatusResponse {}))
+    }
+}
+
+fn listen(path: &Path) -> Result<UnixListenerStream, String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
+    Ok(UnixListenerStream::new(l))
+}
+
+#[tokio::main]
+async fn main() {
+    let opts = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rkt-csi-hostpath: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(opts).await {
+        eprintln!("rkt-csi-hostpath: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(o: Opts) -> Result<(), String> {
+    std::fs::create_dir_all(&o.state_dir).map_err(|e| format!("{}: {e}", o.state_dir.display()))?;
+    // The CSI endpoint first, so it answers by the time the kubelet reads the registration.
+    let csi_incoming = listen(&o.endpoint)?;
+    let reg_incoming = listen(&o.registration)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| e.to_string())?;
+    let stop = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let csi_server = tonic::transport::Server::builder()
+        .add_service(csi::identity_server::IdentityServer::new(Identity(
+            o.clone(),
+        )))
+        .add_service(csi::node_server::NodeServer::new(Node(o.clone())))
+        .serve_with_incoming_shutdown(csi_incoming, wait(rx.clone()));
+    let reg_server = tonic::transport::Server::builder()
+        .add_service(reg::registration_server::RegistrationServer::new(
+            Registrar(o.clone()),
+        ))
+        .serve_with_incoming_shutdown(reg_incoming, wait(rx));
+    eprintln!("serving {} at {}", o.name, o.endpoint.display());
+    let servers = async { tokio::try_join!(csi_server, reg_server) };
+    tokio::pin!(servers);
+    tokio::select! {
+        r = &mut servers => { r.map_err(|e| e.to_string())?; }
+        _ = stop => {
+            let _ = tx.send(true);
+            let _ = std::fs::remove_file(&o.registration);
+            servers.await.map_err(|e| e.to_string())?;
+        }
+    }
+    let _ = std::fs::remove_file(&o.registration);
+    let _ = std::fs::remove_file(&o.endpoint);
+    Ok(())
+}
