@@ -33,19 +33,6 @@ fn restart_count(cp: &ControlPlane, pod: &str) -> Option<i64> {
     p["status"]["containerStatuses"][0]["restartCount"].as_i64()
 }
 
-/// `curl` against the node's secure port: (HTTP code, body).
-fn curl(env: &Env, path: &str, extra: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sk", "-w", "\n%{http_code}"])
-        .args(extra)
-        .arg(format!("https://127.0.0.1:{}{path}", env.port))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
 #[tokio::test]
 async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
     let cp = ControlPlane::up("srv-logs");

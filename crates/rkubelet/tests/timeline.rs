@@ -6,24 +6,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-/// `curl` against the node's secure port: (HTTP code, body).
-fn curl(env: &Env, path: &str, extra: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sk", "-w", "\n%{http_code}"])
-        .args(extra)
-        .arg(format!("https://127.0.0.1:{}{path}", env.port))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
 
 /// The `_count` of the stage histogram's series for `stage` on the read-only `/metrics`.
 fn stage_count(env: &Env, stage: &str) -> f64 {

@@ -454,6 +454,19 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// `curl` against the node's secure port: (HTTP code, body).
+pub fn curl(env: &Env, path: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{}{path}", env.port))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
 /// Minimal HTTP/1.0 GET: the tests need status and body, nothing more.
 pub fn http_get(host: &str, port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(
