@@ -91,6 +91,15 @@ pub struct KubeletConfig {
     pub healthz_bind_address: IpAddr,
     /// `maxPods`.
     pub max_pods: u32,
+    /// `podsPerCore` / `--pods-per-core`: 0 leaves the pods capacity at `maxPods`; otherwise it is
+    /// `min(maxPods, podsPerCore * cores)` (upstream's `MachineInfo` node status setter).
+    pub pods_per_core: u32,
+    /// `oomScoreAdj` / `--oom-score-adj`: written to the kubelet's own `oom_score_adj` at start.
+    pub oom_score_adj: i32,
+    /// `maxOpenFiles` / `--max-open-files`: the kubelet's `RLIMIT_NOFILE`, soft and hard.
+    pub max_open_files: u64,
+    /// `providerID` / `--provider-id`: the Node's `spec.providerID` when it is registered.
+    pub provider_id: String,
     /// `serializeImagePulls`, `maxParallelImagePulls`, `registryPullQPS`, `registryBurst`.
     pub image_pulls: node_status::ImagePullConfig,
     /// `nodeStatusUpdateFrequency`, `nodeStatusReportFrequency`, `nodeLeaseDurationSeconds`,
@@ -289,6 +298,10 @@ impl Default for KubeletConfig {
             healthz_port: 10248,
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             max_pods: 110,
+            pods_per_core: 0,
+            oom_score_adj: -999,
+            max_open_files: 1_000_000,
+            provider_id: String::new(),
             image_pulls: node_status::ImagePullConfig::default(),
             node_status: node_status::NodeStatusConfig::default(),
             config_map_and_secret_change_detection_strategy: Default::default(),
@@ -586,6 +599,19 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
             Ok(v) => cfg.max_pods = v,
             Err(_) => r.errors.push(format!("maxPods: must be >= 0, got {n}")),
         }
+    }
+    // Negative values and out-of-range ones were reported by `validate_tree` in upstream's words.
+    if let Some(v) = r.int("podsPerCore").and_then(|n| u32::try_from(n).ok()) {
+        cfg.pods_per_core = v;
+    }
+    if let Some(v) = r.int("oomScoreAdj").and_then(|n| i32::try_from(n).ok()) {
+        cfg.oom_score_adj = v;
+    }
+    if let Some(v) = r.int("maxOpenFiles").and_then(|n| u64::try_from(n).ok()) {
+        cfg.max_open_files = v;
+    }
+    if let Some(id) = r.string("providerID") {
+        cfg.provider_id = id;
     }
     for (key, out) in [
         ("eventRecordQPS", &mut cfg.event_record_qps),

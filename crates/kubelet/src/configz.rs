@@ -49,6 +49,10 @@ pub fn configz(cfg: &KubeletConfig) -> Value {
         "runtimeRequestTimeout": d(cfg.runtime_request_timeout),
         "streamingConnectionIdleTimeout": d(cfg.streaming_connection_idle_timeout),
         "maxPods": cfg.max_pods,
+        "podsPerCore": cfg.pods_per_core,
+        "oomScoreAdj": cfg.oom_score_adj,
+        "maxOpenFiles": cfg.max_open_files,
+        "providerID": cfg.provider_id,
         "resolvConf": path(&cfg.resolv_conf),
         "serializeImagePulls": cfg.image_pulls.serialize,
         "configMapAndSecretChangeDetectionStrategy":

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 mod logging;
+mod process;
 
 /// The whole shutdown after the first signal. The parts inside are bounded already (connections
 /// 5 s plus 1 s to close, tasks 10 s then aborted and named in the log); this catches what those
@@ -219,14 +220,6 @@ fn effective_config(parsed: &Parsed) -> anyhow::Result<(KubeletConfig, Vec<Strin
     Ok((cfg, loaded.warnings))
 }
 
-/// Upstream sets the kubelet's own oom_score_adj to -999; without CAP_SYS_RESOURCE that is refused,
-/// which is worth a warning, not a failure.
-fn protect_from_oom() {
-    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-999") {
-        warn!(error = %e, "cannot set rkubelet's oom_score_adj to -999; continuing");
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parsed = match flags::parse(&args) {
@@ -278,7 +271,7 @@ fn main() -> anyhow::Result<()> {
     for w in &warnings {
         warn!("{w}");
     }
-    protect_from_oom();
+    process::apply(cfg.oom_score_adj, cfg.max_open_files);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -268,7 +268,8 @@ impl Wiring<'_> {
             warn!("cannot detect the node IP; pass --node-ip");
         }
         let machine = MachineInfo::read(&cfg.root_dir);
-        let capacity = node_status::capacity(cfg.max_pods, &machine);
+        let max_pods = node_status::pods_capacity(cfg.max_pods, cfg.pods_per_core, machine.cpus);
+        let capacity = node_status::capacity(max_pods, &machine);
         let allocatable = crate::cm::allocatable::node_allocatable(&cfg.cgroups, &capacity)
             .map_err(crate::cm::CmError::from)?;
         Ok(NodeIdentity {
@@ -279,7 +280,8 @@ impl Wiring<'_> {
                 hostname: cfg.node_name.clone(),
                 extra_labels: cfg.node_labels.clone(),
                 taints: cfg.register_with_taints.clone(),
-                max_pods: cfg.max_pods,
+                max_pods,
+                provider_id: (!cfg.provider_id.is_empty()).then(|| cfg.provider_id.clone()),
                 kubelet_port: cfg.port,
                 allocatable,
             },
@@ -314,7 +316,7 @@ impl Wiring<'_> {
         let Some(mgr) = cgroups.filter(|_| cfg.cgroups.cgroups_per_qos) else {
             return Ok(crate::cm::ContainerManager::disabled(&cfg.cgroups, memory));
         };
-        let mut internal = node_status::capacity(cfg.max_pods, &node.machine);
+        let mut internal = node_status::capacity(node.settings.max_pods, &node.machine);
         internal.insert(
             "pid".into(),
             i64::try_from(node.machine.pid_max).unwrap_or(i64::MAX),

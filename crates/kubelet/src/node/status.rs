@@ -25,7 +25,11 @@ pub struct NodeSettings {
     pub hostname: String,
     pub extra_labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
+    /// The pods capacity: `maxPods`, lowered by `podsPerCore` ([`pods_capacity`]).
     pub max_pods: u32,
+    /// `providerID`: set in the spec of the Node this kubelet creates (upstream `initialNode`;
+    /// an existing Node's is left alone, as upstream).
+    pub provider_id: Option<String>,
     pub kubelet_port: u16,
     /// Allocatable in upstream units (cpu millicores, bytes, counts): capacity less the
     /// reservations and hard eviction thresholds, computed by the container manager
@@ -52,6 +56,15 @@ pub fn node_labels(s: &NodeSettings, m: &MachineInfo) -> BTreeMap<String, String
         l.insert(k.into(), v.into());
     }
     l
+}
+
+/// The pods capacity (upstream's `MachineInfo` node status setter): `maxPods`, or
+/// `podsPerCore` times the logical CPUs when `podsPerCore` is set and that is smaller.
+pub fn pods_capacity(max_pods: u32, pods_per_core: u32, cpus: u32) -> u32 {
+    if pods_per_core == 0 {
+        return max_pods;
+    }
+    max_pods.min(pods_per_core.saturating_mul(cpus))
 }
 
 /// The node's capacity in upstream units (upstream `CapacityFromMachineInfo`): cpu in
@@ -180,6 +193,7 @@ pub fn initial_node(s: &NodeSettings, m: &MachineInfo, runtime_version: &str) ->
         },
         spec: Some(NodeSpec {
             taints: (!s.taints.is_empty()).then(|| s.taints.clone()),
+            provider_id: s.provider_id.clone(),
             ..Default::default()
         }),
         status: Some(node_status(
@@ -415,6 +429,7 @@ mod tests {
             extra_labels: parse_labels("role=worker,zone=a").unwrap(),
             taints: parse_taints("dedicated=db:NoSchedule,gpu:NoExecute").unwrap(),
             max_pods: 110,
+            provider_id: None,
             kubelet_port: 10250,
             // Upstream's defaults: 100Mi of memory and 10% of nodefs held back.
             allocatable: [
@@ -435,6 +450,40 @@ mod tests {
             architecture: "amd64".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn pods_capacity_as_upstreams_machine_info_setter() {
+        // (maxPods, podsPerCore, cpus) -> pods
+        for (max, per_core, cpus, want) in [
+            (110, 0, 2, 110),   // podsPerCore unset: maxPods
+            (110, 10, 2, 20),   // 10 per core on 2 cores
+            (110, 100, 2, 110), // maxPods is the cap
+            (110, 55, 2, 110),  // equal
+            (5, 10, 64, 5),
+            (u32::MAX, u32::MAX, 4, u32::MAX), // saturates, no overflow
+        ] {
+            assert_eq!(
+                pods_capacity(max, per_core, cpus),
+                want,
+                "{max} {per_core} {cpus}"
+            );
+        }
+    }
+
+    #[test]
+    fn provider_id_goes_into_the_initial_node_spec() {
+        let m = MachineInfo::default();
+        let spec = |s: &NodeSettings| initial_node(s, &m, "containerd://1.6").spec.unwrap();
+        assert_eq!(spec(&settings()).provider_id, None);
+        let s = NodeSettings {
+            provider_id: Some("aws:///us-east-1a/i-0123".into()),
+            ..settings()
+        };
+        assert_eq!(
+            spec(&s).provider_id.as_deref(),
+            Some("aws:///us-east-1a/i-0123")
+        );
     }
 
     #[test]
