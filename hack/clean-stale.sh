@@ -64,11 +64,7 @@ for dir in /tmp/rkt-*; do
     # Whatever still runs from the dir (a kubelet, a plugin), then what is still mounted under it
     # (a kubelet's root dir bound onto itself, volumes), deepest first.
     pkill -KILL -f -- "$dir/" 2>/dev/null || true
-    for _ in 1 2 3; do
-        mapfile -t mounts < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r)
-        [[ ${#mounts[@]} -gt 0 ]] || break
-        for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-    done
+    unmount_tree "$dir" || log "warning: mounts left under $dir"
     rm -rf "$dir" 2>/dev/null || log "warning: cannot remove $dir"
 done
 

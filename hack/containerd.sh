@@ -156,12 +156,7 @@ cmd_down() {
     kill_wait KILL "${pids[@]}"
 
     # 3. Every mount under DIR (rootfs overlays, sandbox shm, netns), deepest first.
-    for pass in 1 2 3; do
-        mapfile -t mounts < <(awk -v d="$dir/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
-        [[ ${#mounts[@]} -gt 0 ]] || break
-        for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-        [[ $pass -lt 3 ]] || log "warning: mounts left under $dir"
-    done
+    unmount_tree "$dir" || log "warning: mounts left under $dir"
 
     # 4. Leftover cgroups of this instance's containers and sandboxes (any controller,
     #    any parent, since rkubelet may set cgroup_parent). Kill stragglers first.

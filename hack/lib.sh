@@ -43,3 +43,16 @@ remove_cgroup_root() {
         find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || log "warning: cgroups left under $d"
     done
 }
+
+# unmount_tree DIR: every mount at or under DIR, deepest first. Up to three passes, since a lazy
+# unmount of a parent can leave its children for the next one. Returns 1 when mounts are left.
+unmount_tree() {
+    local dir="${1%/}" pass m
+    local -a mounts
+    for pass in 1 2 3 4; do
+        mapfile -t mounts < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r)
+        [[ ${#mounts[@]} -gt 0 ]] || return 0
+        [[ $pass -lt 4 ]] || return 1
+        for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    done
+}
