@@ -147,7 +147,17 @@ mod tests {
         }
         assert_eq!(CpuSet::parse("3-3,1").unwrap().to_vec(), vec![1, 3]);
         assert_eq!(CpuSet::parse("5-6,1-3,8").unwrap().to_string(), "1-3,5-6,8");
-        for bad in ["nonnumeric", "non-numeric", "no,numbers", "0-a", "a-0", ",", "-1", "3-1", "0,"] {
+        for bad in [
+            "nonnumeric",
+            "non-numeric",
+            "no,numbers",
+            "0-a",
+            "a-0",
+            ",",
+            "-1",
+            "3-1",
+            "0,",
+        ] {
             assert!(CpuSet::parse(bad).is_err(), "{bad}");
         }
     }

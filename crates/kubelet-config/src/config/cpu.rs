@@ -158,13 +158,18 @@ mod tests {
         assert!(c.is_static() && c.full_pcpus_only());
         assert_eq!(c.reconcile_period, Duration::from_secs(5));
         assert_eq!(c.reserved_system_cpus.to_string(), "0,2-3");
-        assert_eq!((c.topology_policy.as_str(), c.topology_scope.as_str()), ("single-numa-node", "pod"));
+        assert_eq!(
+            (c.topology_policy.as_str(), c.topology_scope.as_str()),
+            ("single-numa-node", "pod")
+        );
         let cg = &l.config.cgroups;
         assert_eq!(cg.kube_reserved.get("cpu"), None);
         assert_eq!(cg.kube_reserved["memory"], "1Gi");
         assert_eq!(cg.system_reserved["cpu"], "3");
         assert!(
-            !l.warnings.iter().any(|w| w.contains("cpuManager") || w.contains("reservedSystemCPUs") || w.contains("topologyManager")),
+            !l.warnings.iter().any(|w| w.contains("cpuManager")
+                || w.contains("reservedSystemCPUs")
+                || w.contains("topologyManager")),
             "{:?}",
             l.warnings
         );
@@ -172,7 +177,11 @@ mod tests {
         assert_eq!(d, CpuManagerConfig::default());
         // A zero period in a file is upstream's default.
         assert_eq!(
-            load("cpuManagerReconcilePeriod: 0s\n").unwrap().config.cpu_manager.reconcile_period,
+            load("cpuManagerReconcilePeriod: 0s\n")
+                .unwrap()
+                .config
+                .cpu_manager
+                .reconcile_period,
             Duration::from_secs(10)
         );
     }
@@ -181,7 +190,10 @@ mod tests {
     fn upstream_validation_messages() {
         for (extra, want) in [
             ("cpuManagerPolicy: dynamic\n", "unknown policy: \"dynamic\""),
-            ("reservedSystemCPUs: \"0-a\"\n", "unable to parse reservedSystemCPUs (--reserved-cpus) 0-a"),
+            (
+                "reservedSystemCPUs: \"0-a\"\n",
+                "unable to parse reservedSystemCPUs (--reserved-cpus) 0-a",
+            ),
             (
                 "reservedSystemCPUs: \"0\"\nsystemReservedCgroup: /system\n",
                 "can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup",
@@ -198,7 +210,10 @@ mod tests {
                 "cpuManagerPolicy: static\ncpuManagerPolicyOptions: {align-by-socket: \"true\"}\n",
                 "not supported by rkubelet yet",
             ),
-            ("topologyManagerPolicy: strict\n", "topologyManagerPolicy (--topology-manager-policy)"),
+            (
+                "topologyManagerPolicy: strict\n",
+                "topologyManagerPolicy (--topology-manager-policy)",
+            ),
         ] {
             let e = load(extra).unwrap_err().to_string();
             assert!(e.contains(want), "{extra}: want {want:?} in {e}");

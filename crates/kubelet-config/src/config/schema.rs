@@ -179,7 +179,12 @@ pub const FIELDS: &[Field] = &[
     f("cpuManagerPolicy", Str, r#""none""#, Implemented),
     f("singleProcessOOMKill", Bool, "", NotYet),
     f("cpuManagerPolicyOptions", StrMap, "", Implemented),
-    f("cpuManagerReconcilePeriod", Duration, r#""10s""#, Implemented),
+    f(
+        "cpuManagerReconcilePeriod",
+        Duration,
+        r#""10s""#,
+        Implemented,
+    ),
     f("memoryManagerPolicy", Str, r#""None""#, NotYet),
     f("topologyManagerPolicy", Str, r#""none""#, Implemented),
     f("topologyManagerScope", Str, r#""container""#, Implemented),

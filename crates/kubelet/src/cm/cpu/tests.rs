@@ -1,0 +1,309 @@
+//! The CPU manager task and the topology manager's admission over a fake two-NUMA-node
+//! machine (a `/sys` tree in a temp dir) and the fake runtime: allocation through the handle,
+//! the checkpoint on disk, restarts, stale pods, the policy change refusal, and topology
+//! rejections by policy.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kubelet_config::config::cpu::CpuManagerConfig;
+use rkubelet_cri::{fake::FakeRuntime, CriClient};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::cm::admit::{allocate, TopologySettings};
+use crate::cm::topology::{Policy, Scope};
+
+/// 4 CPUs, one per core; CPUs 0-1 on NUMA node (and socket) 0, 2-3 on node 1.
+fn fake_sys(dir: &Path) {
+    let w = |p: &str, s: &str| {
+        let p = dir.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    };
+    w("devices/system/cpu/online", "0-3\n");
+    for cpu in 0..4 {
+        let t = format!("devices/system/cpu/cpu{cpu}/topology");
+        w(&format!("{t}/physical_package_id"), &(cpu / 2).to_string());
+        w(&format!("{t}/thread_siblings_list"), &cpu.to_string());
+    }
+    w("devices/system/node/node0/cpulist", "0-1\n");
+    w("devices/system/node/node1/cpulist", "2-3\n");
+}
+
+fn pod(uid: &str, cpus: &[(&str, &str)]) -> Arc<Pod> {
+    let mut p = Pod::default();
+    p.metadata.uid = Some(uid.into());
+    p.metadata.name = Some(uid.into());
+    p.spec = Some(PodSpec {
+        containers: cpus
+            .iter()
+            .map(|(name, cpu)| {
+                let q: BTreeMap<String, Quantity> = [
+                    ("cpu".to_string(), Quantity(cpu.to_string())),
+                    ("memory".to_string(), Quantity("64Mi".into())),
+                ]
+                .into_iter()
+                .collect();
+                Container {
+                    name: name.to_string(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(q.clone()),
+                        limits: Some(q),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+            })
+            .collect(),
+        ..Default::default()
+    });
+    Arc::new(p)
+}
+
+struct Node {
+    dir: tempfile::TempDir,
+    cancel: CancellationToken,
+}
+
+impl Node {
+    fn new() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        fake_sys(&dir.path().join("sys"));
+        Node {
+            dir,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    async fn start(&self, cfg: &CpuManagerConfig) -> Result<Option<CpuHandle>, CpuError> {
+        let cri = CriClient::with_backend(
+            Arc::new(FakeRuntime::new(Arc::new(|| 0))),
+            "fake.sock".into(),
+            Duration::from_secs(5),
+        );
+        let started = start(
+            Setup {
+                cfg,
+                root_dir: &self.dir.path().join("root"),
+                sys: &self.dir.path().join("sys"),
+                reserved_milli: 500,
+                cri,
+            },
+            self.cancel.child_token(),
+        )
+        .await?;
+        Ok(started.map(|(h, run)| {
+            tokio::spawn(run);
+            h
+        }))
+    }
+
+    fn state(&self) -> serde_json::Value {
+        serde_json::from_slice(
+            &std::fs::read(self.dir.path().join("root/cpu_manager_state")).unwrap(),
+        )
+        .unwrap()
+    }
+}
+
+fn static_cfg() -> CpuManagerConfig {
+    CpuManagerConfig {
+        policy: "static".into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn allocates_checkpoints_restores_and_releases() {
+    let node = Node::new();
+    let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
+    // 500m reserved rounds up to one CPU, taken by topology: CPU 0.
+    assert_eq!(cpu.allocatable().await.unwrap().0.to_string(), "1-3");
+    let a = pod("a", &[("c", "2")]);
+    cpu.allocate(a.clone(), BTreeMap::new(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let got = cpu.affinity("a", "c").await.unwrap();
+    assert_eq!(
+        got.to_string(),
+        "2-3",
+        "a whole socket's worth from one socket"
+    );
+    assert_eq!(cpu.affinity("other", "c").await.unwrap().to_string(), "0-1");
+    let st = node.state();
+    assert_eq!(st["defaultCpuSet"], "0-1");
+    assert_eq!(st["entries"]["a"]["c"], "2-3");
+    // Allocating again (a re-admitted pod) changes nothing.
+    cpu.allocate(a.clone(), BTreeMap::new(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cpu.affinity("a", "c").await.unwrap().to_string(), "2-3");
+    // Not enough left: all or nothing, upstream's admission error.
+    let b = pod("b", &[("x", "1"), ("y", "1")]);
+    let e = cpu
+        .allocate(b, BTreeMap::new(), None)
+        .await
+        .unwrap()
+        .unwrap_err();
+    let rejected = crate::cm::AdmitError::from(e);
+    assert_eq!(rejected.reason, "UnexpectedAdmissionError");
+    assert_eq!(
+        rejected.message,
+        "Allocate failed due to not enough cpus available to satisfy request: requested=1, available=0, which is unexpected"
+    );
+    assert!(!cpu.assigned().await.unwrap().contains_key("b"));
+
+    // A restart reads the assignment back.
+    node.cancel.cancel();
+    let node2 = Node {
+        dir: node.dir,
+        cancel: CancellationToken::new(),
+    };
+    let cpu = node2.start(&static_cfg()).await.unwrap().unwrap();
+    assert_eq!(cpu.affinity("a", "c").await.unwrap().to_string(), "2-3");
+    // Housekeeping no longer lists pod a: its CPUs return to the pool.
+    cpu.retain(HashSet::new()).await;
+    assert_eq!(cpu.affinity("x", "c").await.unwrap().to_string(), "0-3");
+    assert!(cpu.assigned().await.unwrap().is_empty());
+    assert_eq!(node2.state()["defaultCpuSet"], "0-3");
+
+    // Another policy over this checkpoint is refused, as upstream.
+    let e = node2
+        .start(&CpuManagerConfig::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("configured policy \"none\" differs from state checkpoint policy \"static\"")
+            && e.contains("please drain this node and delete the CPU manager checkpoint file"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn none_policy_keeps_only_its_checkpoint() {
+    let node = Node::new();
+    assert!(node
+        .start(&CpuManagerConfig::default())
+        .await
+        .unwrap()
+        .is_none());
+    let text = std::fs::read_to_string(node.dir.path().join("root/cpu_manager_state")).unwrap();
+    assert_eq!(
+        text,
+        r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#
+    );
+    let e = node.start(&static_cfg()).await.unwrap_err().to_string();
+    assert!(
+        e.contains("configured policy \"static\" differs from state checkpoint policy \"none\""),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn start_refusals() {
+    let node = Node::new();
+    let mut cfg = static_cfg();
+    cfg.reserved_system_cpus = CpuSet::parse("4").unwrap();
+    let e = node.start(&cfg).await.unwrap_err().to_string();
+    assert_eq!(e, "Invalid cpuset \"4\" specified by --reserved-cpus");
+    let cri = CriClient::with_backend(
+        Arc::new(FakeRuntime::new(Arc::new(|| 0))),
+        "fake.sock".into(),
+        Duration::from_secs(5),
+    );
+    let e = start(
+        Setup {
+            cfg: &static_cfg(),
+            root_dir: &node.dir.path().join("root"),
+            sys: &node.dir.path().join("sys"),
+            reserved_milli: 0,
+            cri,
+        },
+        CancellationToken::new(),
+    )
+    .await
+    .err()
+    .map(|e| e.to_string());
+    assert_eq!(
+        e.as_deref(),
+        Some("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")
+    );
+}
+
+fn topo(policy: Policy, scope: Scope) -> TopologySettings {
+    TopologySettings {
+        policy,
+        scope,
+        numa_nodes: vec![0, 1],
+    }
+}
+
+#[tokio::test]
+async fn topology_policies_admit_or_reject() {
+    // Three CPUs fit on no single node: single-numa-node rejects, best-effort spreads.
+    for (policy, scope) in [
+        (Policy::SingleNumaNode, Scope::Container),
+        (Policy::SingleNumaNode, Scope::Pod),
+    ] {
+        let node = Node::new();
+        let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
+        let e = allocate(Some(&cpu), &topo(policy, scope), &pod("big", &[("c", "3")]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason, "TopologyAffinityError");
+        assert_eq!(
+            e.message,
+            "Resources cannot be allocated with Topology locality"
+        );
+        assert!(cpu.assigned().await.unwrap().is_empty());
+    }
+    let node = Node::new();
+    let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
+    allocate(
+        Some(&cpu),
+        &topo(Policy::BestEffort, Scope::Container),
+        &pod("big", &[("c", "3")]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cpu.affinity("big", "c").await.unwrap().to_string(), "1-3");
+
+    // One CPU: aligned to the narrowest preferred node (node 0 has CPU 1 free).
+    let node = Node::new();
+    let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
+    let t = topo(Policy::Restricted, Scope::Container);
+    allocate(Some(&cpu), &t, &pod("one", &[("c", "1")]))
+        .await
+        .unwrap();
+    assert_eq!(cpu.affinity("one", "c").await.unwrap().to_string(), "1");
+    // Two more: only node 1 can hold them together.
+    allocate(Some(&cpu), &t, &pod("two", &[("c", "2")]))
+        .await
+        .unwrap();
+    assert_eq!(cpu.affinity("two", "c").await.unwrap().to_string(), "2-3");
+    // Nothing left: restricted rejects on topology, best-effort fails the allocation.
+    let e = allocate(Some(&cpu), &t, &pod("three", &[("c", "1")]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, "TopologyAffinityError");
+    let e = allocate(
+        Some(&cpu),
+        &topo(Policy::BestEffort, Scope::Pod),
+        &pod("three", &[("c", "1")]),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.reason, "UnexpectedAdmissionError");
+    // Pods without exclusive CPUs never reach the CPU manager.
+    let mut shared = (*pod("shared", &[("c", "500m")])).clone();
+    shared.metadata.uid = Some("shared".into());
+    allocate(Some(&cpu), &t, &Arc::new(shared)).await.unwrap();
+}
