@@ -316,24 +316,8 @@ impl Wiring<'_> {
     /// The CPU manager (upstream `cpumanager.NewManager` + `Start`): with the static policy a
     /// task and its handle; with `none` only its checkpoint is kept.
     async fn cpu_manager(&mut self) -> Result<Option<crate::cm::cpu::CpuHandle>, KubeletError> {
-        let cfg = self.cfg;
-        let milli = |m: &std::collections::BTreeMap<String, String>| {
-            m.get("cpu")
-                .and_then(|q| crate::resources::parse_milli(q))
-                .unwrap_or(0)
-        };
-        let reserved = milli(&cfg.cgroups.kube_reserved) + milli(&cfg.cgroups.system_reserved);
-        let started = crate::cm::cpu::start(
-            crate::cm::cpu::Setup {
-                cfg: &cfg.cpu_manager,
-                root_dir: &cfg.root_dir,
-                sys: std::path::Path::new("/sys"),
-                reserved_milli: i64::try_from(reserved).unwrap_or(i64::MAX),
-                cri: self.cri.clone(),
-            },
-            self.cancel.child_token(),
-        )
-        .await?;
+        let setup = crate::cm::cpu::Setup::from_config(self.cfg, self.cri.clone());
+        let started = crate::cm::cpu::start(setup, self.cancel.child_token()).await?;
         Ok(started.map(|(handle, run)| {
             self.spawn(tracing::info_span!("cpu_manager"), run);
             handle

@@ -189,7 +189,6 @@ impl v1::pod_resources_lister_server::PodResourcesLister for Lister {
                 .allocatable()
                 .await
                 .map_err(|e| Status::unavailable(e.to_string()))?
-                .0
                 .iter()
                 .filter_map(|c| i64::try_from(c).ok())
                 .collect(),

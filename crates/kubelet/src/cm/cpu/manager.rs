@@ -43,9 +43,10 @@ pub async fn restore(path: &Path, policy: &str) -> Result<State, CpuError> {
     State::from_checkpoint(&cp).map_err(|e| fail(e.to_string()))
 }
 
-/// Writes the checkpoint atomically (a temporary file renamed over it, as upstream's
-/// checkpoint manager does).
+/// Writes the checkpoint atomically and durably (a synced temporary file renamed over it, as
+/// upstream's checkpoint manager's file store does).
 pub async fn store(path: &Path, cp: &Checkpoint) -> Result<(), CpuError> {
+    use tokio::io::AsyncWriteExt as _;
     let err = |source| CpuError::Write {
         path: path.to_path_buf(),
         source,
@@ -54,9 +55,10 @@ pub async fn store(path: &Path, cp: &Checkpoint) -> Result<(), CpuError> {
         tokio::fs::create_dir_all(dir).await.map_err(err)?;
     }
     let tmp = path.with_extension("tmp");
-    tokio::fs::write(&tmp, checkpoint::encode(cp))
-        .await
-        .map_err(err)?;
+    let mut f = tokio::fs::File::create(&tmp).await.map_err(err)?;
+    f.write_all(&checkpoint::encode(cp)).await.map_err(err)?;
+    f.sync_all().await.map_err(err)?;
+    drop(f);
     tokio::fs::rename(&tmp, path).await.map_err(err)
 }
 
@@ -149,13 +151,7 @@ impl Manager {
                 let _ = reply.send(self.state.assignments.clone());
             }
             Command::Allocatable { reply } => {
-                let d = &self.policy.topology.details;
-                let set = self.policy.allocatable();
-                let numa = set
-                    .iter()
-                    .map(|c| (c, d.get(&c).map(|i| i.numa_node).unwrap_or(0)))
-                    .collect();
-                let _ = reply.send((set, numa));
+                let _ = reply.send(self.policy.allocatable());
             }
             Command::Retain { active } => {
                 let removed = self.remove_stale(&active);

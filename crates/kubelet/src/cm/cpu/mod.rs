@@ -85,7 +85,7 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Assignments>,
     },
     Allocatable {
-        reply: oneshot::Sender<(CpuSet, Vec<(usize, usize)>)>,
+        reply: oneshot::Sender<CpuSet>,
     },
     Retain {
         active: HashSet<String>,
@@ -159,8 +159,8 @@ impl CpuHandle {
         self.ask(|reply| Command::Assigned { reply }).await
     }
 
-    /// Upstream `GetAllocatableCPUs`, with each CPU's NUMA node.
-    pub async fn allocatable(&self) -> Result<(CpuSet, Vec<(usize, usize)>), CpuError> {
+    /// Upstream `GetAllocatableCPUs`.
+    pub async fn allocatable(&self) -> Result<CpuSet, CpuError> {
         self.ask(|reply| Command::Allocatable { reply }).await
     }
 
@@ -181,6 +181,25 @@ pub struct Setup<'a> {
     /// `nodeAllocatableReservation[cpu]`), after `reservedSystemCPUs` replaced them.
     pub reserved_milli: i64,
     pub cri: CriClient,
+}
+
+impl<'a> Setup<'a> {
+    /// From the kubelet's configuration, on this machine's `/sys`.
+    pub fn from_config(cfg: &'a kubelet_config::KubeletConfig, cri: CriClient) -> Setup<'a> {
+        let milli = |m: &BTreeMap<String, String>| {
+            m.get("cpu")
+                .and_then(|q| crate::resources::parse_milli(q))
+                .unwrap_or(0)
+        };
+        let reserved = milli(&cfg.cgroups.kube_reserved) + milli(&cfg.cgroups.system_reserved);
+        Setup {
+            cfg: &cfg.cpu_manager,
+            root_dir: &cfg.root_dir,
+            sys: Path::new("/sys"),
+            reserved_milli: i64::try_from(reserved).unwrap_or(i64::MAX),
+            cri,
+        }
+    }
 }
 
 /// Upstream `NewManager` + `Start`. With `none`: the checkpoint only, no handle.

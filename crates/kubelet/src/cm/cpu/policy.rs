@@ -314,7 +314,7 @@ impl StaticPolicy {
         }
         if self.full_pcpus_only {
             let per_core = self.topology.cpus_per_core().max(1);
-            if n % per_core != 0 {
+            if !n.is_multiple_of(per_core) {
                 return Err(PolicyError::SmtNotMultiple {
                     requested: n,
                     per_core,

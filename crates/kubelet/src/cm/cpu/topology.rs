@@ -113,20 +113,12 @@ impl CpuTopology {
 
     /// Upstream `CPUsPerCore`.
     pub fn cpus_per_core(&self) -> usize {
-        if self.num_cores == 0 {
-            0
-        } else {
-            self.num_cpus / self.num_cores
-        }
+        self.num_cpus.checked_div(self.num_cores).unwrap_or(0)
     }
 
     /// Upstream `CPUsPerSocket`.
     pub fn cpus_per_socket(&self) -> usize {
-        if self.num_sockets == 0 {
-            0
-        } else {
-            self.num_cpus / self.num_sockets
-        }
+        self.num_cpus.checked_div(self.num_sockets).unwrap_or(0)
     }
 
     /// Reads the online CPUs under `sys` (normally `/sys`): socket from

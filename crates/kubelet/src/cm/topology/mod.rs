@@ -137,12 +137,11 @@ fn merge_filtered_hints(numa_nodes: &[usize], filtered: &[Vec<TopologyHint>]) ->
         let merged = merge_permutation(default, &perm);
         let mask = merged.numa_affinity.unwrap_or(default);
         let best_mask = best.numa_affinity.unwrap_or(default);
-        if mask.count() != 0 {
-            if merged.preferred && !best.preferred {
-                best = merged;
-            } else if merged.preferred == best.preferred && mask.is_narrower_than(best_mask) {
-                best = merged;
-            }
+        // Preferred beats not preferred; between equals the narrower mask wins.
+        let better = (merged.preferred && !best.preferred)
+            || (merged.preferred == best.preferred && mask.is_narrower_than(best_mask));
+        if mask.count() != 0 && better {
+            best = merged;
         }
         // Next combination, last list fastest (upstream's recursion order).
         let mut k = filtered.len();
