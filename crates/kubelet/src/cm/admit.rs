@@ -127,3 +127,7 @@ pub async fn allocate(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "admit_tests.rs"]
+mod tests;

@@ -239,4 +239,4 @@ pub async fn start(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

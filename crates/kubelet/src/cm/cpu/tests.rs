@@ -1,7 +1,6 @@
-//! The CPU manager task and the topology manager's admission over a fake two-NUMA-node
-//! machine (a `/sys` tree in a temp dir) and the fake runtime: allocation through the handle,
-//! the checkpoint on disk, restarts, stale pods, the policy change refusal, and topology
-//! rejections by policy.
+//! The CPU manager task over a fake two-NUMA-node machine (a `/sys` tree in a temp dir) and the
+//! fake runtime: allocation through the handle, the checkpoint on disk, restarts, stale pods and
+//! the policy change refusal. The helpers serve the topology admission tests too.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -15,8 +14,6 @@ use rkubelet_cri::{fake::FakeRuntime, CriClient};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::cm::admit::{allocate, TopologySettings};
-use crate::cm::topology::{Policy, Scope};
 
 /// 4 CPUs, one per core; CPUs 0-1 on NUMA node (and socket) 0, 2-3 on node 1.
 fn fake_sys(dir: &Path) {
@@ -35,7 +32,7 @@ fn fake_sys(dir: &Path) {
     w("devices/system/node/node1/cpulist", "2-3\n");
 }
 
-fn pod(uid: &str, cpus: &[(&str, &str)]) -> Arc<Pod> {
+pub(crate) fn pod(uid: &str, cpus: &[(&str, &str)]) -> Arc<Pod> {
     let mut p = Pod::default();
     p.metadata.uid = Some(uid.into());
     p.metadata.name = Some(uid.into());
@@ -65,13 +62,13 @@ fn pod(uid: &str, cpus: &[(&str, &str)]) -> Arc<Pod> {
     Arc::new(p)
 }
 
-struct Node {
+pub(crate) struct Node {
     dir: tempfile::TempDir,
     cancel: CancellationToken,
 }
 
 impl Node {
-    fn new() -> Node {
+    pub(crate) fn new() -> Node {
         let dir = tempfile::tempdir().unwrap();
         fake_sys(&dir.path().join("sys"));
         Node {
@@ -80,7 +77,10 @@ impl Node {
         }
     }
 
-    async fn start(&self, cfg: &CpuManagerConfig) -> Result<Option<CpuHandle>, CpuError> {
+    pub(crate) async fn start(
+        &self,
+        cfg: &CpuManagerConfig,
+    ) -> Result<Option<CpuHandle>, CpuError> {
         let cri = CriClient::with_backend(
             Arc::new(FakeRuntime::new(Arc::new(|| 0))),
             "fake.sock".into(),
@@ -111,7 +111,7 @@ impl Node {
     }
 }
 
-fn static_cfg() -> CpuManagerConfig {
+pub(crate) fn static_cfg() -> CpuManagerConfig {
     CpuManagerConfig {
         policy: "static".into(),
         ..Default::default()
@@ -242,74 +242,4 @@ async fn start_refusals() {
         e.as_deref(),
         Some("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")
     );
-}
-
-fn topo(policy: Policy, scope: Scope) -> TopologySettings {
-    TopologySettings {
-        policy,
-        scope,
-        numa_nodes: vec![0, 1],
-    }
-}
-
-#[tokio::test]
-async fn topology_policies_admit_or_reject() {
-    // Three CPUs fit on no single node: single-numa-node rejects, best-effort spreads.
-    for (policy, scope) in [
-        (Policy::SingleNumaNode, Scope::Container),
-        (Policy::SingleNumaNode, Scope::Pod),
-    ] {
-        let node = Node::new();
-        let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
-        let e = allocate(Some(&cpu), &topo(policy, scope), &pod("big", &[("c", "3")]))
-            .await
-            .unwrap_err();
-        assert_eq!(e.reason, "TopologyAffinityError");
-        assert_eq!(
-            e.message,
-            "Resources cannot be allocated with Topology locality"
-        );
-        assert!(cpu.assigned().await.unwrap().is_empty());
-    }
-    let node = Node::new();
-    let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
-    allocate(
-        Some(&cpu),
-        &topo(Policy::BestEffort, Scope::Container),
-        &pod("big", &[("c", "3")]),
-    )
-    .await
-    .unwrap();
-    assert_eq!(cpu.affinity("big", "c").await.unwrap().to_string(), "1-3");
-
-    // One CPU: aligned to the narrowest preferred node (node 0 has CPU 1 free).
-    let node = Node::new();
-    let cpu = node.start(&static_cfg()).await.unwrap().unwrap();
-    let t = topo(Policy::Restricted, Scope::Container);
-    allocate(Some(&cpu), &t, &pod("one", &[("c", "1")]))
-        .await
-        .unwrap();
-    assert_eq!(cpu.affinity("one", "c").await.unwrap().to_string(), "1");
-    // Two more: only node 1 can hold them together.
-    allocate(Some(&cpu), &t, &pod("two", &[("c", "2")]))
-        .await
-        .unwrap();
-    assert_eq!(cpu.affinity("two", "c").await.unwrap().to_string(), "2-3");
-    // Nothing left: restricted rejects on topology, best-effort fails the allocation.
-    let e = allocate(Some(&cpu), &t, &pod("three", &[("c", "1")]))
-        .await
-        .unwrap_err();
-    assert_eq!(e.reason, "TopologyAffinityError");
-    let e = allocate(
-        Some(&cpu),
-        &topo(Policy::BestEffort, Scope::Pod),
-        &pod("three", &[("c", "1")]),
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(e.reason, "UnexpectedAdmissionError");
-    // Pods without exclusive CPUs never reach the CPU manager.
-    let mut shared = (*pod("shared", &[("c", "500m")])).clone();
-    shared.metadata.uid = Some("shared".into());
-    allocate(Some(&cpu), &t, &Arc::new(shared)).await.unwrap();
 }
