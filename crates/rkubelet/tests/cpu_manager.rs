@@ -299,4 +299,14 @@ async fn static_policy_pins_shares_reconciles_and_survives_restarts() {
         "{}",
         tail(&log, 30)
     );
+    // The shared container moved through CRI UpdateContainerResources (the reconcile loop).
+    assert!(
+        log.lines()
+            .any(|l| l.contains("reconcileState: container cpuset updated")
+                && l.contains("cpuset=\"0-1\"")),
+        "{:?}",
+        log.lines()
+            .filter(|l| l.contains("cpumanager"))
+            .collect::<Vec<_>>()
+    );
 }
