@@ -232,6 +232,12 @@ impl CriClient {
         ContainerStatusRequest,
         ContainerStatusResponse
     );
+    rpc!(
+        /// The CPU manager moves containers between the shared pool and their exclusive CPUs.
+        update_container_resources,
+        UpdateContainerResourcesRequest,
+        UpdateContainerResourcesResponse
+    );
     rpc!(exec_sync, ExecSyncRequest, ExecSyncResponse);
     rpc!(
         /// A streaming URL on the runtime's streaming server for `kubectl exec`.

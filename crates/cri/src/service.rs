@@ -43,6 +43,7 @@ macro_rules! for_each_call {
             remove_container(RemoveContainerRequest) -> RemoveContainerResponse;
             list_containers(ListContainersRequest) -> ListContainersResponse;
             container_status(ContainerStatusRequest) -> ContainerStatusResponse;
+            update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse;
             exec_sync(ExecSyncRequest) -> ExecSyncResponse;
             exec(ExecRequest) -> ExecResponse;
             attach(AttachRequest) -> AttachResponse;

@@ -8,6 +8,7 @@
 //! once with its field path. The merged tree is kept for `/configz`.
 
 pub mod cgroups;
+pub mod cpu;
 mod duration;
 pub mod eviction;
 pub mod gc;
@@ -196,6 +197,8 @@ pub struct KubeletConfig {
     pub logging: logging::LoggingConfig,
     /// The container manager's settings (cgroups, reservations, node allocatable).
     pub cgroups: cgroups::CgroupConfig,
+    /// The CPU and topology managers' settings.
+    pub cpu_manager: cpu::CpuManagerConfig,
     /// `imageGC*` and `image*GCAge`: the image garbage collector's policy.
     pub image_gc: gc::ImageGcPolicy,
     /// The container garbage collector's policy (deprecated flags only, as upstream).
@@ -342,6 +345,7 @@ impl Default for KubeletConfig {
             seccomp_default: false,
             logging: logging::LoggingConfig::default(),
             cgroups: cgroups::CgroupConfig::default(),
+            cpu_manager: cpu::CpuManagerConfig::default(),
             image_gc: gc::ImageGcPolicy::default(),
             container_gc: gc::ContainerGcPolicy::default(),
             eviction: eviction::EvictionConfig::default(),
@@ -790,6 +794,7 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         }
     }
     cgroups::read(&mut r, &mut cfg.cgroups);
+    cpu::read(&mut r, &mut cfg.cpu_manager, &mut cfg.cgroups);
     gc::read(&mut r, &mut cfg.image_gc);
     read_eviction(&mut r, &mut cfg);
     logging::read(&mut r, &mut cfg.logging, warnings);

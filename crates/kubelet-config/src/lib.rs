@@ -8,6 +8,7 @@
 
 pub mod change_detection;
 pub mod config;
+pub mod cpuset;
 pub mod defaults;
 pub mod endpoint;
 pub mod flags;

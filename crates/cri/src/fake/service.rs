@@ -430,6 +430,34 @@ impl Runtime for FakeRuntime {
         )
     }
 
+    fn update_container_resources(
+        &self,
+        req: api::UpdateContainerResourcesRequest,
+    ) -> Reply<api::UpdateContainerResourcesResponse> {
+        let id = req.container_id;
+        let id2 = id.clone();
+        self.call(
+            "update_container_resources",
+            |st| container_key(st, &id),
+            String::new(),
+            move |st, _| {
+                let c = st
+                    .containers
+                    .get_mut(&id2)
+                    .ok_or_else(|| not_found("container", &id2))?;
+                // As containerd: only the fields set in the request change.
+                if let Some(new) = req.linux {
+                    let linux = c.config.linux.get_or_insert_with(Default::default);
+                    let res = linux.resources.get_or_insert_with(Default::default);
+                    if !new.cpuset_cpus.is_empty() {
+                        res.cpuset_cpus = new.cpuset_cpus;
+                    }
+                }
+                Ok(api::UpdateContainerResourcesResponse::default())
+            },
+        )
+    }
+
     fn exec_sync(&self, req: api::ExecSyncRequest) -> Reply<api::ExecSyncResponse> {
         let key = req.cmd.join(" ");
         let id = req.container_id;

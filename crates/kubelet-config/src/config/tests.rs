@@ -136,7 +136,7 @@ fn file_with_supported_unsupported_and_unknown_fields() {
     let l = parse(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          staticPodPath: /etc/kubernetes/manifests\nsyncFrequency: 30s\nreadOnlyPort: 10255\n\
-         cpuManagerPolicy: static\nbogusField: 1\n",
+         memoryManagerPolicy: Static\nbogusField: 1\n",
     )
     .unwrap();
     assert_eq!(
@@ -149,7 +149,7 @@ fn file_with_supported_unsupported_and_unknown_fields() {
     assert!(l
         .warnings
         .iter()
-        .any(|w| w.contains("cpuManagerPolicy") && w.contains("not supported")));
+        .any(|w| w.contains("memoryManagerPolicy") && w.contains("not supported")));
     assert!(l
         .warnings
         .iter()

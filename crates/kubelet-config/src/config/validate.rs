@@ -56,6 +56,7 @@ pub fn validate(cfg: &KubeletConfig, errors: &mut Vec<String>) {
         ));
     }
     super::cgroups::validate(&cfg.cgroups, errors);
+    super::cpu::validate(&cfg.cpu_manager, &cfg.cgroups, errors);
     super::gc::validate(&cfg.image_gc, errors);
     // Upstream parses the thresholds at start (`ParseThresholdConfig`) and refuses to run on
     // an error; every one is listed here.

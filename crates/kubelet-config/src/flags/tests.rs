@@ -140,7 +140,7 @@ fn one_notice_per_flag_naming_it() {
     let x = p(&[
         "--network-plugin=cni",
         "--network-plugin=cni",
-        "--cpu-manager-policy=static",
+        "--memory-manager-policy=Static",
         "--containerd=/run/containerd/containerd.sock",
         "--logtostderr=true",
         "--root-dir=/r",
@@ -153,7 +153,7 @@ fn one_notice_per_flag_naming_it() {
         "Flag --network-plugin has been deprecated, will be removed along with dockershim. \
          (rkubelet: no effect; ignored)"
     );
-    assert!(x.notices[1].starts_with("Flag --cpu-manager-policy has been deprecated, This parameter should be set via the config file"));
+    assert!(x.notices[1].starts_with("Flag --memory-manager-policy has been deprecated, This parameter should be set via the config file"));
     assert!(x.notices[1].ends_with("(rkubelet: not implemented; ignored)"));
     assert!(
         x.notices[2].starts_with("Flag --containerd has been deprecated, This is a cadvisor flag")
@@ -213,7 +213,7 @@ fn precedence_flags_over_dropins_over_file_over_defaults() {
         &file,
         format!(
             "{HEAD}syncFrequency: 30s\nmaxPods: 50\nclusterDomain: file.local\n\
-             featureGates: {{A: true, B: true}}\nreadOnlyPort: 0\ncpuManagerPolicy: static\n"
+             featureGates: {{A: true, B: true}}\nreadOnlyPort: 0\nmemoryManagerPolicy: Static\n"
         ),
     )
     .unwrap();
@@ -257,7 +257,7 @@ fn precedence_flags_over_dropins_over_file_over_defaults() {
     assert!(
         l.warnings
             .iter()
-            .any(|w| w.contains("\"cpuManagerPolicy\"") && w.contains("not supported")),
+            .any(|w| w.contains("\"memoryManagerPolicy\"") && w.contains("not supported")),
         "{:?}",
         l.warnings
     );

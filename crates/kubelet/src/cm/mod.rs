@@ -9,10 +9,13 @@
 //! kept here is the last burstable share value written. With `cgroupsPerQOS: false` every
 //! operation is a no-op and sandboxes get no cgroup parent, as upstream.
 
+mod admit;
 pub mod allocatable;
+pub mod cpu;
 pub mod devices;
 pub mod names;
 pub mod resources;
+pub mod topology;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -27,6 +30,7 @@ use tracing::{debug, info, warn};
 
 use crate::podutil;
 use crate::resources::{pod_qos, QosClass};
+pub use admit::AdmitError;
 pub use allocatable::{AllocatableError, Amounts};
 pub use names::PodCgroupNames;
 pub use resources::PodCgroupPolicy;
@@ -85,6 +89,11 @@ pub struct ContainerManager {
     /// The device manager (upstream `containerManagerImpl.deviceManager`); None in tests that
     /// run without one.
     devices: Option<devices::DeviceHandle>,
+    /// The CPU manager with the `static` policy (upstream `containerManagerImpl.cpuManager`);
+    /// None with `none`.
+    cpu: Option<cpu::CpuHandle>,
+    /// The topology manager's policy and scope and the machine's NUMA nodes.
+    topology: admit::TopologySettings,
 }
 
 #[derive(Debug)]
@@ -182,6 +191,8 @@ impl ContainerManager {
         }
         Ok(ContainerManager {
             devices: None,
+            cpu: None,
+            topology: Default::default(),
             inner: Arc::new(Inner {
                 cgroups: s.cgroups,
                 names,
@@ -203,11 +214,40 @@ impl ContainerManager {
         self.devices.as_ref()
     }
 
+    /// With the CPU manager (static policy) and the topology manager's settings.
+    pub fn with_cpu(
+        mut self,
+        cpu: Option<cpu::CpuHandle>,
+        policy: topology::Policy,
+        scope: topology::Scope,
+        numa_nodes: Vec<usize>,
+    ) -> ContainerManager {
+        self.cpu = cpu;
+        self.topology = admit::TopologySettings {
+            policy,
+            scope,
+            numa_nodes,
+        };
+        self
+    }
+
+    pub fn cpu(&self) -> Option<&cpu::CpuHandle> {
+        self.cpu.as_ref()
+    }
+
+    /// Upstream's resource allocation admit handler (the topology manager's `Admit` calling
+    /// the CPU manager's `Allocate`): see [`admit::allocate`].
+    pub async fn admit_cpus(&self, pod: &Arc<Pod>) -> Result<(), AdmitError> {
+        admit::allocate(self.cpu.as_ref(), &self.topology, pod).await
+    }
+
     /// A manager that manages no cgroups (`cgroupsPerQOS: false`): containers still get the
     /// configured CFS settings and OOM scores, as upstream applies them without pod cgroups.
     pub fn disabled(cfg: &CgroupConfig, memory_capacity: u64) -> ContainerManager {
         ContainerManager {
             devices: None,
+            cpu: None,
+            topology: Default::default(),
             inner: Arc::new(Inner {
                 cgroups: None,
                 names: PodCgroupNames::new("", cgroups::Driver::Cgroupfs),

@@ -45,6 +45,8 @@ pub enum KubeletError {
     Cgroups(#[from] cgroups::Error),
     #[error("device manager: {0}")]
     Devices(#[from] crate::cm::devices::DeviceError),
+    #[error("start cpu manager error: {0}")]
+    Cpu(#[from] crate::cm::cpu::CpuError),
     #[error("pod resources API: {0}")]
     PodResources(#[from] crate::podresources::PodResourcesError),
     #[error("eviction thresholds: {0}")]

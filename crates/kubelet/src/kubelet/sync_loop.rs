@@ -262,7 +262,16 @@ impl<S: PodSyncer> SyncLoop<S> {
                 .await
                 .map_err(|e| admission::Rejection::unexpected(&e))?;
         }
-        admission::admit(pod, &self.node_view, &active)
+        admission::admit(pod, &self.node_view, &active)?;
+        // Upstream's topology manager admit handler with the CPU manager's `Allocate`: after the
+        // predicates, so a pod rejected for its requests never holds exclusive CPUs.
+        self.cm
+            .admit_cpus(pod)
+            .await
+            .map_err(|e| admission::Rejection {
+                reason: e.reason,
+                message: e.message,
+            })
     }
 
     /// Upstream `killPodFunc` for the eviction manager: the pod is stopped through its worker
@@ -412,6 +421,23 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
         self.cleanup_orphaned_pod_dirs(&listing).await;
         self.cleanup_cgroups(&listing).await;
+        if let Some(cpu) = self.cm.cpu() {
+            // Upstream `removeStaleState` against `activePods`: a pod keeps its CPUs while a
+            // source wants it (and it is not rejected or finished) or its worker still stops it.
+            let active = self
+                .pods
+                .keys()
+                .filter(|u| self.workers.holds_resources(u))
+                .cloned()
+                .chain(
+                    self.workers
+                        .uids()
+                        .filter(|u| self.workers.has_worker(u))
+                        .map(str::to_string),
+                )
+                .collect();
+            cpu.retain(active).await;
+        }
     }
 
     /// Upstream `UpdateQOSCgroups` (from the pods being synced) and `cleanupOrphanedPodCgroups`:

@@ -303,7 +303,27 @@ impl Wiring<'_> {
         let (devices, run) =
             crate::cm::devices::start(&self.cfg.root_dir, self.cancel.child_token()).await?;
         self.spawn(tracing::info_span!("device_manager"), run);
-        Ok(cm.with_devices(devices))
+        let cpu = self.cpu_manager().await?;
+        let c = &self.cfg.cpu_manager;
+        // Both were validated with the configuration.
+        let policy = c.topology_policy.parse().unwrap_or_default();
+        let scope = c.topology_scope.parse().unwrap_or_default();
+        let numa = crate::cm::cpu::topology::numa_nodes(std::path::Path::new("/sys"));
+        if policy != crate::cm::topology::Policy::None {
+            info!(policy = %c.topology_policy, scope = %c.topology_scope, numa_nodes = ?numa, "topology manager enabled");
+        }
+        Ok(cm.with_devices(devices).with_cpu(cpu, policy, scope, numa))
+    }
+
+    /// The CPU manager (upstream `cpumanager.NewManager` + `Start`): with the static policy a
+    /// task and its handle; with `none` only its checkpoint is kept.
+    async fn cpu_manager(&mut self) -> Result<Option<crate::cm::cpu::CpuHandle>, KubeletError> {
+        let setup = crate::cm::cpu::Setup::from_config(self.cfg, self.cri.clone());
+        let started = crate::cm::cpu::start(setup, self.cancel.child_token()).await?;
+        Ok(started.map(|(handle, run)| {
+            self.spawn(tracing::info_span!("cpu_manager"), run);
+            handle
+        }))
     }
 
     async fn pod_cgroups(
@@ -828,6 +848,7 @@ impl Wiring<'_> {
         let source = crate::podresources::Source {
             pods: eviction.active_pods.subscribe(),
             devices: pods.ctx.cm.devices().cloned(),
+            cpu: pods.ctx.cm.cpu().cloned(),
         };
         let run = crate::podresources::serve(&self.cfg.root_dir, source, self.cancel.child_token())
             .await?;

@@ -4,9 +4,10 @@
 //! hand out. Monitoring agents (GPU exporters) read it. Read-only: it asks the device manager
 //! and reads the active pods the SyncLoop publishes.
 //!
-//! `List` (v1, 1.20), `GetAllocatableResources` (1.21) and `Get` (1.27). No CPU manager runs
-//! (policy `none`), so `cpu_ids` stay empty, as upstream's with that policy; no memory manager,
-//! so `memory` stays empty too.
+//! `List` (v1, 1.20), `GetAllocatableResources` (1.21) and `Get` (1.27). `cpu_ids` are a
+//! container's exclusive CPUs and the node's allocatable ones with the CPU manager's `static`
+//! policy (upstream `GetExclusiveCPUs` / `GetAllocatableCPUs`), empty with `none`; no memory
+//! manager, so `memory` stays empty.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::info;
 
+use crate::cm::cpu::{Assignments, CpuHandle};
 use crate::cm::devices::{AssignedDevices, DeviceHandle};
 use crate::podutil;
 
@@ -47,6 +49,7 @@ pub struct Source {
     /// The active pods (upstream `podsProvider`), as the SyncLoop publishes them.
     pub pods: watch::Receiver<Arc<Vec<Arc<Pod>>>>,
     pub devices: Option<DeviceHandle>,
+    pub cpu: Option<CpuHandle>,
 }
 
 /// Binds the socket (replacing a stale one) and returns the server, which runs until `cancel`.
@@ -91,9 +94,15 @@ fn topology(numa: i64) -> Option<v1::TopologyInfo> {
     })
 }
 
-/// One pod's entry (upstream `providers` loop): its regular containers with their devices.
-pub fn pod_resources(pod: &Pod, assigned: &AssignedDevices) -> v1::PodResources {
+/// One pod's entry (upstream `providers` loop): its regular containers with their devices
+/// and exclusive CPUs.
+pub fn pod_resources(
+    pod: &Pod,
+    assigned: &AssignedDevices,
+    cpus: &Assignments,
+) -> v1::PodResources {
     let devices = assigned.get(podutil::uid(pod));
+    let cpus = cpus.get(podutil::uid(pod));
     let containers = pod
         .spec
         .iter()
@@ -110,6 +119,10 @@ pub fn pod_resources(pod: &Pod, assigned: &AssignedDevices) -> v1::PodResources 
                     topology: topology(d.numa_node),
                 })
                 .collect(),
+            cpu_ids: cpus
+                .and_then(|m| m.get(&c.name))
+                .map(|s| s.iter().filter_map(|c| i64::try_from(c).ok()).collect())
+                .unwrap_or_default(),
             ..Default::default()
         })
         .collect();
@@ -130,6 +143,16 @@ impl Lister {
                 .map_err(|e| Status::unavailable(e.to_string())),
         }
     }
+
+    async fn cpus(&self) -> Result<Assignments, Status> {
+        match &self.source.cpu {
+            None => Ok(Assignments::new()),
+            Some(c) => c
+                .assigned()
+                .await
+                .map_err(|e| Status::unavailable(e.to_string())),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -140,8 +163,12 @@ impl v1::pod_resources_lister_server::PodResourcesLister for Lister {
     ) -> Result<Response<v1::ListPodResourcesResponse>, Status> {
         let pods = self.source.pods.borrow().clone();
         let assigned = self.assigned().await?;
+        let cpus = self.cpus().await?;
         Ok(Response::new(v1::ListPodResourcesResponse {
-            pod_resources: pods.iter().map(|p| pod_resources(p, &assigned)).collect(),
+            pod_resources: pods
+                .iter()
+                .map(|p| pod_resources(p, &assigned, &cpus))
+                .collect(),
         }))
     }
 
@@ -156,7 +183,18 @@ impl v1::pod_resources_lister_server::PodResourcesLister for Lister {
                 .await
                 .map_err(|e| Status::unavailable(e.to_string()))?,
         };
+        let cpu_ids = match &self.source.cpu {
+            None => Vec::new(),
+            Some(c) => c
+                .allocatable()
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?
+                .iter()
+                .filter_map(|c| i64::try_from(c).ok())
+                .collect(),
+        };
         Ok(Response::new(v1::AllocatableResourcesResponse {
+            cpu_ids,
             devices: devices
                 .into_iter()
                 .map(|(resource, d)| v1::ContainerDevices {
@@ -197,8 +235,9 @@ impl v1::pod_resources_lister_server::PodResourcesLister for Lister {
             )));
         };
         let assigned = self.assigned().await?;
+        let cpus = self.cpus().await?;
         Ok(Response::new(v1::GetPodResourcesResponse {
-            pod_resources: Some(pod_resources(&pod, &assigned)),
+            pod_resources: Some(pod_resources(&pod, &assigned, &cpus)),
         }))
     }
 }

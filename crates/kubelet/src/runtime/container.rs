@@ -48,6 +48,9 @@ pub struct RunContainerOptions {
     /// Annotations from device plugins (upstream `opts.Annotations`); the kubelet's own
     /// annotations win over them.
     pub annotations: Vec<(String, String)>,
+    /// The CPUs the container may run on (upstream `PreCreateContainer` with the CPU manager's
+    /// `GetCPUAffinity`: its exclusive CPUs or the shared pool); empty without the static policy.
+    pub cpuset_cpus: String,
 }
 
 /// Container log path relative to the sandbox log directory: `<name>/<restartCount>.log`.
@@ -74,6 +77,7 @@ fn linux_resources(c: &Container, opts: &RunContainerOptions) -> api::LinuxConta
         cpu_shares: res.cpu_shares,
         memory_limit_in_bytes: res.memory_limit_bytes,
         oom_score_adj: opts.oom_score_adj,
+        cpuset_cpus: opts.cpuset_cpus.clone(),
         ..Default::default()
     }
 }

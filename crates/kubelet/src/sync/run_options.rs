@@ -142,7 +142,20 @@ pub async fn generate(
         cfs_quota: ctx.cm.cfs().0,
         cfs_period_us: ctx.cm.cfs().1,
         annotations: dev.annotations,
+        cpuset_cpus: cpu_affinity(ctx, pod, c).await?,
     })
+}
+
+/// Upstream `internalContainerLifecycle.PreCreateContainer`: the CPU manager's cpuset for the
+/// container (nothing without the static policy).
+async fn cpu_affinity(ctx: &SyncContext, pod: &Pod, c: &Container) -> Result<String, StartError> {
+    let Some(cpu) = ctx.cm.cpu() else {
+        return Ok(String::new());
+    };
+    cpu.affinity(podutil::uid(pod), &c.name)
+        .await
+        .map(|s| s.to_string())
+        .map_err(|e| config_error(e.to_string()))
 }
 
 /// Upstream `containerManager.GetResources` → `GetDeviceRunContainerOptions`, for containers
