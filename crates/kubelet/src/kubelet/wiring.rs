@@ -462,7 +462,7 @@ impl Wiring<'_> {
             image_gc_task.run(self.cancel.child_token()),
         );
         // Upstream's plugin manager: CSI node plugins register through <root-dir>/plugins_registry.
-        let (plugin_mgr, _csi_drivers) = crate::pluginmanager::PluginManager::new(
+        let (plugin_mgr, csi_drivers) = crate::pluginmanager::PluginManager::new(
             &cfg.root_dir,
             cfg.node_name.clone(),
             api.client.clone(),
@@ -514,6 +514,12 @@ impl Wiring<'_> {
             seccomp_default: cfg.seccomp_default,
             runtime_classes: crate::runtime::runtime_class::RuntimeClasses::new(api.client.clone()),
             claims: crate::volumes::claims::ClaimSource::new(api.client.clone()),
+            csi: crate::volumes::csi::CsiVolumes::new(
+                cfg.root_dir.clone(),
+                cfg.node_name.clone(),
+                api.client.clone(),
+                Some(csi_drivers),
+            ),
             node_labels: node_view.labels.clone(),
         });
         Ok(PodRuntime {
@@ -844,6 +850,7 @@ impl Wiring<'_> {
         let (worker_tx, worker_events) = mpsc::unbounded_channel();
         let cm = pods.ctx.cm.clone();
         let timeline = pods.ctx.timeline.clone();
+        let csi = pods.ctx.csi.clone();
         let workers = PodWorkers::new(
             Arc::new(Syncer { ctx: pods.ctx }),
             worker_tx,
@@ -870,6 +877,7 @@ impl Wiring<'_> {
             eviction: eviction.handle,
             active_pods: eviction.active_pods,
             timeline,
+            csi,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,
