@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! The test driver `rkt-csi-hostpath` as the CSI tests run it (tests/csi.rs, tests/csi_volumes.rs):
 //! started beside an Env's rkubelet, registering through its `plugins_registry`, stopped with
 //! SIGTERM (it removes its sockets) when dropped.
