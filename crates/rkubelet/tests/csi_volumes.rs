@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use harness::{Driver, DRIVER};
+use harness::{csi_driver_object, csi_pv_and_claim, Driver, DRIVER};
 use serde_json::Value;
 
 const BINDER: [&str; 3] = [
@@ -74,59 +74,6 @@ fn sha256(s: &str) -> String {
         .next()
         .unwrap()
         .to_string()
-}
-
-fn csi_driver_object(attach_required: bool, modes: &str) -> String {
-    format!(
-        r#"apiVersion: storage.k8s.io/v1
-kind: CSIDriver
-metadata: {{name: {DRIVER}}}
-spec:
-  attachRequired: {attach_required}
-  podInfoOnMount: true
-  volumeLifecycleModes: [{modes}]
-"#
-    )
-}
-
-/// A PV with a `csi:` source and the secrets it names, and its claim `name`.
-fn csi_pv_and_claim(name: &str, handle: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: stage-secret, namespace: default}}
-stringData: {{stage-key: s1}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: publish-secret, namespace: default}}
-stringData: {{publish-key: p1}}
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: {{name: pv-{name}}}
-spec:
-  capacity: {{storage: 1Gi}}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: ""
-  csi:
-    driver: {DRIVER}
-    volumeHandle: {handle}
-    volumeAttributes: {{tier: gold}}
-    nodeStageSecretRef: {{name: stage-secret, namespace: default}}
-    nodePublishSecretRef: {{name: publish-secret, namespace: default}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: {name}, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: pv-{name}
-  resources: {{requests: {{storage: 1Gi}}}}
-"#
-    )
 }
 
 fn claim_pod(name: &str, node: &str, claim: &str, script: &str) -> String {
@@ -248,7 +195,10 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
         )),
     );
     let a = running(&cp, "writer");
-    println!("figure: CSI pod (stage + publish) create to Running: {:?}", t0.elapsed());
+    println!(
+        "figure: CSI pod (stage + publish) create to Running: {:?}",
+        t0.elapsed()
+    );
 
     // Staged once at upstream's global path, with its vol_data.json; published at the pod's.
     let global = env
@@ -272,8 +222,7 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
     };
     assert!(is_mount_point(&vol_dir(&a).join("mount")));
     let pdata: Value =
-        serde_json::from_slice(&std::fs::read(vol_dir(&a).join("vol_data.json")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(vol_dir(&a).join("vol_data.json")).unwrap()).unwrap();
     assert_eq!(pdata["specVolID"], "pv-data");
     assert_eq!(pdata["volumeHandle"], "vol-a");
     assert_eq!(pdata["driverName"], DRIVER);
@@ -286,7 +235,11 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
     let stages = driver.calls("NodeStageVolume");
     assert_eq!(stages.len(), 1, "{}", driver.log());
     assert!(stages[0].contains(&format!("staging={}", staging.display())));
-    assert!(stages[0].contains("secrets=[\"stage-key\"]"), "{}", stages[0]);
+    assert!(
+        stages[0].contains("secrets=[\"stage-key\"]"),
+        "{}",
+        stages[0]
+    );
     assert!(stages[0].contains("\"tier\":\"gold\""), "{}", stages[0]);
     let publishes = driver.calls("NodePublishVolume");
     assert_eq!(publishes.len(), 1, "{}", driver.log());
@@ -319,7 +272,13 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
         .unwrap()
         .iter()
         .find(|p| p["podRef"]["name"] == "writer")
-        .and_then(|p| p["volume"].as_array()?.iter().find(|v| v["name"] == "pv-data").cloned())
+        .and_then(|p| {
+            p["volume"]
+                .as_array()?
+                .iter()
+                .find(|v| v["name"] == "pv-data")
+                .cloned()
+        })
         .unwrap_or_else(|| panic!("no CSI volume in {body}"));
     let fs = nix::sys::statvfs::statvfs(&driver.state).unwrap();
     assert_eq!(
@@ -342,7 +301,10 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
         Some(&claim_pod("reader", &env.node, "data", SLEEPER)),
     );
     let b = running(&cp, "reader");
-    assert_eq!(exec(&env, &b, &["cat", "/data/a"]).await, (0, "shared".into()));
+    assert_eq!(
+        exec(&env, &b, &["cat", "/data/a"]).await,
+        (0, "shared".into())
+    );
     assert_eq!(driver.calls("NodeStageVolume").len(), 1);
     assert_eq!(driver.calls("NodePublishVolume").len(), 2);
 
@@ -354,7 +316,10 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
     assert_eq!(driver.calls("NodeUnpublishVolume").len(), 1);
     assert!(driver.calls("NodeUnstageVolume").is_empty());
     assert!(is_mount_point(&staging));
-    assert_eq!(exec(&env, &b, &["cat", "/data/a"]).await, (0, "shared".into()));
+    assert_eq!(
+        exec(&env, &b, &["cat", "/data/a"]).await,
+        (0, "shared".into())
+    );
 
     // The last pod going unpublishes and unstages; nothing stays mounted or on disk.
     delete_pod(&cp, "reader");
@@ -460,12 +425,21 @@ async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
     // The new kubelet syncs the pod within a few seconds of starting (its first relist and
     // the pod's ADD from the API); give it that, then check nothing was called again.
     let unique = format!("kubernetes.io/csi/{DRIVER}^vol-b");
-    wait_until(Duration::from_secs(30), "volumesInUse after restart", || {
-        volumes_in_use(&cp, &env.node).contains(&unique).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "volumesInUse after restart",
+        || {
+            volumes_in_use(&cp, &env.node)
+                .contains(&unique)
+                .then_some(())
+        },
+    );
     std::thread::sleep(Duration::from_secs(5));
     let p = running(&cp, "app");
-    assert_eq!(p["status"]["containerStatuses"][0]["containerID"], container);
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["containerID"],
+        container
+    );
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
     assert_eq!(driver.calls("NodeStageVolume").len(), 1);
     assert_eq!(driver.calls("NodePublishVolume").len(), publishes);
@@ -580,12 +554,16 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
     ]);
     cp.kubectl_stdin(&["apply", "-f", "-"], Some(&inline_pod("eph", &env.node)));
     let want = format!("MountVolume.SetUp failed for volume \"scratch\" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode \"Ephemeral\" not supported by driver {DRIVER} (only supports [\"Persistent\"])");
-    wait_until(Duration::from_secs(60), "FailedMount (lifecycle mode)", || {
-        cp.pod_events("eph")
-            .iter()
-            .any(|(r, m)| r == "FailedMount" && *m == want)
-            .then_some(())
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "FailedMount (lifecycle mode)",
+        || {
+            cp.pod_events("eph")
+                .iter()
+                .any(|(r, m)| r == "FailedMount" && *m == want)
+                .then_some(())
+        },
+    );
     assert!(driver.calls("NodePublishVolume").is_empty());
     // CSIDriver's spec is immutable: replaced by one that allows inline volumes.
     cp.kubectl(&["delete", "csidriver", DRIVER]);
@@ -643,7 +621,10 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
     let unpublishes = driver.calls("NodeUnpublishVolume");
     assert_eq!(unpublishes.len(), 1);
     assert!(driver.calls("NodeUnstageVolume").is_empty());
-    assert!(!driver.state.join(&handle).exists(), "the driver dropped it");
+    assert!(
+        !driver.state.join(&handle).exists(),
+        "the driver dropped it"
+    );
     assert_eq!(mounts_below(&env.root), Vec::<String>::new());
 
     cp.kubectl_stdin(
@@ -651,7 +632,9 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
         Some(&generic_ephemeral_pod("geph", &env.node)),
     );
     let p = running(&cp, "geph");
-    let pvc = cp.get_json(&["pvc", "geph-work"]).expect("the controller's claim");
+    let pvc = cp
+        .get_json(&["pvc", "geph-work"])
+        .expect("the controller's claim");
     let owner = &pvc["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], "Pod");
     assert_eq!(owner["uid"], p["metadata"]["uid"]);
@@ -662,9 +645,11 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
         "g\n"
     );
     delete_pod(&cp, "geph");
-    wait_until(Duration::from_secs(30), "generic ephemeral volume unstaged", || {
-        (driver.calls("NodeUnstageVolume").len() == 1).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "generic ephemeral volume unstaged",
+        || (driver.calls("NodeUnstageVolume").len() == 1).then_some(()),
+    );
     assert_eq!(mounts_below(&env.root), Vec::<String>::new());
 }
 
@@ -696,14 +681,18 @@ async fn attach_required_waits_for_the_volume_attachment() {
     );
     let va = format!("csi-{}", sha256(&format!("vol-c{DRIVER}{}", env.node)));
     let prefix = "MountVolume.WaitForAttach failed for volume \"data\" : ";
-    wait_until(Duration::from_secs(60), "FailedMount (no attachment)", || {
-        cp.pod_events("att")
-            .iter()
-            .any(|(r, m)| {
-                r == "FailedMount" && m.starts_with(prefix) && m.contains(&format!("{va:?}"))
-            })
-            .then_some(())
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "FailedMount (no attachment)",
+        || {
+            cp.pod_events("att")
+                .iter()
+                .any(|(r, m)| {
+                    r == "FailedMount" && m.starts_with(prefix) && m.contains(&format!("{va:?}"))
+                })
+                .then_some(())
+        },
+    );
     // What the attach/detach controller creates and the external attacher marks attached.
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -719,12 +708,18 @@ spec:
             node = env.node
         )),
     );
-    wait_until(Duration::from_secs(60), "FailedMount (not attached yet)", || {
-        cp.pod_events("att")
-            .iter()
-            .any(|(r, m)| r == "FailedMount" && m.starts_with(prefix) && m.contains("not attached yet"))
-            .then_some(())
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "FailedMount (not attached yet)",
+        || {
+            cp.pod_events("att")
+                .iter()
+                .any(|(r, m)| {
+                    r == "FailedMount" && m.starts_with(prefix) && m.contains("not attached yet")
+                })
+                .then_some(())
+        },
+    );
     assert!(driver.calls("NodeStageVolume").is_empty());
     cp.kubectl(&[
         "patch",

@@ -55,12 +55,12 @@ impl ClaimSource {
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
             // A generic ephemeral volume is the claim `<pod>-<volume>` the ephemeral volume
             // controller creates (upstream `ephemeral.VolumeClaimName`), owned by the pod.
-            let (claim_name, read_only, ephemeral) = match (&v.persistent_volume_claim, &v.ephemeral)
-            {
-                (Some(src), _) => (src.claim_name.clone(), src.read_only == Some(true), false),
-                (None, Some(_)) => (format!("{pod_name}-{}", v.name), false, true),
-                (None, None) => continue,
-            };
+            let (claim_name, read_only, ephemeral) =
+                match (&v.persistent_volume_claim, &v.ephemeral) {
+                    (Some(src), _) => (src.claim_name.clone(), src.read_only == Some(true), false),
+                    (None, Some(_)) => (format!("{pod_name}-{}", v.name), false, true),
+                    (None, None) => continue,
+                };
             if !mounts.contains(&v.name) && !devices.contains(&v.name) {
                 continue;
             }

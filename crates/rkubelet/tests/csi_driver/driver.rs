@@ -28,7 +28,6 @@ use csi_proto::csi::v1 as csi;
 use csi_proto::pluginregistration as reg;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
 #[derive(Clone)]
@@ -133,14 +132,22 @@ fn internal(what: &str, e: impl std::fmt::Display) -> Status {
 
 fn valid_id(id: &str) -> Result<(), Status> {
     if id.is_empty() || id.contains('/') || id.starts_with('.') {
-        return Err(Status::invalid_argument(format!("invalid volume_id {id:?}")));
+        return Err(Status::invalid_argument(format!(
+            "invalid volume_id {id:?}"
+        )));
     }
     Ok(())
 }
 
 fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
-    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-        .map_err(|e| internal("bind mount", e))?;
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| internal("bind mount", e))?;
     if read_only {
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
         if let Err(e) = mount(None::<&str>, target, None::<&str>, flags, None::<&str>) {
@@ -321,7 +328,10 @@ impl csi::node_server::Node for Node {
         }
         let st = nix::sys::statvfs::statvfs(&path).map_err(|e| internal("statvfs", e))?;
         let frag = st.fragment_size() as i64;
-        let (total, free) = (st.blocks() as i64 * frag, st.blocks_available() as i64 * frag);
+        let (total, free) = (
+            st.blocks() as i64 * frag,
+            st.blocks_available() as i64 * frag,
+        );
         let (files, ffree) = (st.files() as i64, st.files_free() as i64);
         use csi::volume_usage::Unit;
         Ok(Response::new(csi::NodeGetVolumeStatsResponse {
@@ -357,7 +367,9 @@ impl csi::node_server::Node for Node {
         if self.0.stage {
             capabilities.push(rpc_cap(Type::StageUnstageVolume));
         }
-        Ok(Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
+            capabilities,
+        }))
     }
     async fn node_get_info(
         &self,
@@ -403,13 +415,18 @@ impl reg::registration_server::Registration for Registrar {
     }
 }
 
-fn listen(path: &Path) -> Result<UnixListenerStream, String> {
+/// The accepted connections of a unix socket. The upstream kubelet 1.20 (grpc-go 1.27) sends the
+/// socket path as `:authority`, which the h2 server under tonic refuses (hyperium/h2#487); the
+/// kubelet crate's `grpc_uds` rewrites it per connection, as rkubelet's own plugin servers do.
+fn listen(
+    path: &Path,
+) -> Result<impl tokio_stream::Stream<Item = std::io::Result<tokio::io::DuplexStream>>, String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let _ = std::fs::remove_file(path);
     let l = UnixListener::bind(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
-    Ok(UnixListenerStream::new(l))
+    Ok(kubelet::grpc_uds::incoming(l))
 }
 
 #[tokio::main]

@@ -97,3 +97,57 @@ impl Drop for Driver {
         let _ = std::fs::remove_dir_all(&self.state);
     }
 }
+
+/// The driver's CSIDriver object.
+pub fn csi_driver_object(attach_required: bool, modes: &str) -> String {
+    format!(
+        r#"apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {{name: {DRIVER}}}
+spec:
+  attachRequired: {attach_required}
+  podInfoOnMount: true
+  volumeLifecycleModes: [{modes}]
+"#
+    )
+}
+
+/// A PV with a `csi:` source and the secrets it names, and its claim `name`.
+pub fn csi_pv_and_claim(name: &str, handle: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: stage-secret, namespace: default}}
+stringData: {{stage-key: s1}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: publish-secret, namespace: default}}
+stringData: {{publish-key: p1}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: pv-{name}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  csi:
+    driver: {DRIVER}
+    volumeHandle: {handle}
+    volumeAttributes: {{tier: gold}}
+    nodeStageSecretRef: {{name: stage-secret, namespace: default}}
+    nodePublishSecretRef: {{name: publish-secret, namespace: default}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: default}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: pv-{name}
+  resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}

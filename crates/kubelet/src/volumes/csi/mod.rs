@@ -208,7 +208,11 @@ pub fn pod_info_attrs(pod: &Pod, ephemeral: bool) -> BTreeMap<String, String> {
 /// only `driverName` and `volumeHandle`).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct VolData {
-    #[serde(rename = "specVolID", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "specVolID",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub spec_vol_id: String,
     #[serde(rename = "volumeHandle")]
     pub volume_handle: String,
@@ -238,7 +242,8 @@ impl VolData {
 
     pub fn read(dir: &Path) -> Result<VolData, CsiError> {
         let p = dir.join(VOL_DATA_FILE);
-        let text = std::fs::read(&p).map_err(|e| CsiError::Other(format!("{}: {e}", p.display())))?;
+        let text =
+            std::fs::read(&p).map_err(|e| CsiError::Other(format!("{}: {e}", p.display())))?;
         serde_json::from_slice(&text)
             .map_err(|e| CsiError::Other(format!("failed to parse {}: {e}", p.display())))
     }
@@ -248,7 +253,10 @@ impl VolData {
         let p = dir.join(VOL_DATA_FILE);
         let body = serde_json::to_vec(self).map_err(CsiError::other)?;
         std::fs::write(&p, body).map_err(|e| {
-            CsiError::Other(format!("failed to save volume info data {}: {e}", p.display()))
+            CsiError::Other(format!(
+                "failed to save volume info data {}: {e}",
+                p.display()
+            ))
         })
     }
 }
@@ -310,10 +318,7 @@ mod tests {
         // sha256("vol-1d.examplenode-1"), as upstream's getAttachmentName hashes.
         let a = attachment_name("vol-1", "d.example", "node-1");
         assert_eq!(a.len(), 68);
-        assert_eq!(
-            a,
-            format!("csi-{}", sha256_hex("vol-1d.examplenode-1"))
-        );
+        assert_eq!(a, format!("csi-{}", sha256_hex("vol-1d.examplenode-1")));
         assert_eq!(
             sha256_hex("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

@@ -12,9 +12,9 @@ use kube::Api;
 
 use super::node::{Node, VolumeRequest};
 use super::{
-    attachment_name, global_dir, inline_volume_handle, pod_info_attrs, pod_volume_dir,
-    CsiError, CsiSetUps, CsiVolumes, Published, SetUpFailure, Step, VolData, EPHEMERAL,
-    GLOBAL_MOUNT, PERSISTENT, VOL_DATA_FILE,
+    attachment_name, global_dir, inline_volume_handle, pod_info_attrs, pod_volume_dir, CsiError,
+    CsiSetUps, CsiVolumes, Published, SetUpFailure, Step, VolData, EPHEMERAL, GLOBAL_MOUNT,
+    PERSISTENT, VOL_DATA_FILE,
 };
 use crate::volumes::claims::{BoundClaim, Claims};
 use crate::volumes::persistent::FsGroup;
@@ -231,8 +231,7 @@ impl CsiVolumes {
             res.is_ok(),
         );
         res.map_err(SetUpFailure::at(Step::SetUp))?;
-        if fs_group.gid.is_some() && policy.applies_fs_group(&p.req.fs_type, p.rwo, p.read_only)
-        {
+        if fs_group.gid.is_some() && policy.applies_fs_group(&p.req.fs_type, p.rwo, p.read_only) {
             let t = target.clone();
             tokio::task::spawn_blocking(move || {
                 ownership::set_volume_ownership(&t, fs_group.gid, fs_group.policy, false)
@@ -307,7 +306,9 @@ impl CsiVolumes {
         let mut req = p.req.clone();
         if let Some((ns, name)) = &p.publish_secret {
             req.secrets = self.secret(ns, name).await.map_err(|e| {
-                CsiError::Other(format!("fetching NodePublishSecretRef {ns}/{name} failed: {e}"))
+                CsiError::Other(format!(
+                    "fetching NodePublishSecretRef {ns}/{name} failed: {e}"
+                ))
             })?;
         }
         let res = node.publish(&req, staging, target, p.read_only).await;
@@ -436,9 +437,11 @@ impl CsiVolumes {
             return Ok(());
         }
         let pods_root = self.root_dir.join("pods");
-        let in_use = super::published_volumes(&pods_root).into_iter().any(|(_, d)| {
-            d.driver_name == data.driver_name && d.volume_handle == data.volume_handle
-        });
+        let in_use = super::published_volumes(&pods_root)
+            .into_iter()
+            .any(|(_, d)| {
+                d.driver_name == data.driver_name && d.volume_handle == data.volume_handle
+            });
         if in_use {
             return Ok(());
         }
@@ -529,7 +532,11 @@ fn plan_claim<'a>(pod: &'a Pod, c: &BoundClaim) -> Option<Plan<'a>> {
 /// publish secret from the pod's namespace.
 fn plan_inline<'a>(pod: &'a Pod, v: &Volume, src: &CSIVolumeSource) -> Plan<'a> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     Plan {
         spec_name: v.name.clone(),
         driver: src.driver.clone(),
@@ -588,7 +595,11 @@ mod tests {
                 fs_group_policy: policy.map(String::from),
                 ..Default::default()
             };
-            assert_eq!(p.applies_fs_group(fs, rwo, ro), want, "{policy:?} {fs} {rwo} {ro}");
+            assert_eq!(
+                p.applies_fs_group(fs, rwo, ro),
+                want,
+                "{policy:?} {fs} {rwo} {ro}"
+            );
         }
     }
 

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use csi_proto::csi::v1 as csi;
 use csi::node_client::NodeClient;
 use csi::node_service_capability::rpc::Type as Rpc;
 use csi::volume_capability::access_mode::Mode;
+use csi_proto::csi::v1 as csi;
 use tonic::transport::Channel;
 
 use super::CsiError;
@@ -139,7 +139,10 @@ impl Node {
 
     /// Upstream `NodeSupportsStageUnstage`.
     pub async fn supports_stage(&mut self) -> Result<bool, CsiError> {
-        Ok(self.capabilities().await?.contains(&Rpc::StageUnstageVolume))
+        Ok(self
+            .capabilities()
+            .await?
+            .contains(&Rpc::StageUnstageVolume))
     }
 
     pub async fn stage(&mut self, r: &VolumeRequest, staging: &Path) -> Result<(), CsiError> {
@@ -151,7 +154,9 @@ impl Node {
             secrets: map(&r.secrets),
             volume_context: map(&r.volume_context),
         };
-        Self::timed(self.client.node_stage_volume(req)).await.map(drop)
+        Self::timed(self.client.node_stage_volume(req))
+            .await
+            .map(drop)
     }
 
     pub async fn unstage(&mut self, handle: &str, staging: &Path) -> Result<(), CsiError> {
@@ -257,7 +262,10 @@ mod tests {
         assert_eq!(access_mode(None), Mode::SingleNodeWriter);
         assert_eq!(access_mode(Some("ReadWriteOnce")), Mode::SingleNodeWriter);
         assert_eq!(access_mode(Some("ReadOnlyMany")), Mode::MultiNodeReaderOnly);
-        assert_eq!(access_mode(Some("ReadWriteMany")), Mode::MultiNodeMultiWriter);
+        assert_eq!(
+            access_mode(Some("ReadWriteMany")),
+            Mode::MultiNodeMultiWriter
+        );
         let e = CsiError::from(tonic::Status::internal("boom"));
         assert_eq!(e.to_string(), "rpc error: code = Internal desc = boom");
         let e = CsiError::from(tonic::Status::cancelled("x"));
