@@ -9,7 +9,8 @@
 #                                 ($CSI_DRIVER, default next to $RKUBELET; with --stage, so each
 #                                 volume is staged and published), CSIDriver attachRequired false
 #
-# Per N: a fresh control plane + PV binder, a fresh private containerd (INDEX 170), rkubelet
+# Per N: a fresh control plane + PV binder, a fresh private containerd (INDEX 170, or
+# $BENCH_INDEX), rkubelet
 # ($RKUBELET, default target/release/rkubelet) with node credentials; N local PVs (directories
 # under the containerd dir) and N claims, bound by the binder; then N pods (one claim each,
 # fsGroup set) created at once, watched until Running, then deleted and watched until no mount
@@ -32,7 +33,7 @@ csi) METRIC_PLUGIN="kubernetes.io/csi:$CSI_NAME" ;;
 esac
 export METRIC_PLUGIN
 NODE_NAME=pvcbench
-INDEX=170
+INDEX="${BENCH_INDEX:-170}"
 RO_PORT=$((10000 + 4 * INDEX))
 CGROUP_ROOT=/rkubelet-pvcbench
 IMAGE=rkubelet.local/busybox:1.35

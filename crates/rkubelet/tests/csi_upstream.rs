@@ -2,7 +2,8 @@
 //! work with upstream's kubelet 1.20.2 (built from the Debian source by hack/control-plane.sh)
 //! exactly as the CSI tests use it with rkubelet, so it cannot quietly adapt to rkubelet's
 //! mistakes: registration and CSINode, a PV staged and published, an inline ephemeral volume
-//! published, both torn down with the pod.
+//! published. Then upstream is swapped for rkubelet, which adopts what upstream set up and tears
+//! it down with the pod, unstaging at upstream 1.20's staging path.
 //!
 //! Runs alone (hack/run-tests.sh SERIAL): upstream's kubelet sets host kernel tunables. It uses
 //! Env index 137, which tests/csi_volumes.rs uses too; the two binaries never run together.
@@ -49,7 +50,7 @@ spec:
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn test_driver_works_under_the_upstream_kubelet() {
+async fn test_driver_works_under_the_upstream_kubelet_and_rkubelet_adopts_its_volumes() {
     let bin = upstream_kubelet();
     let cp = ControlPlane::up("csi-upstream");
     cp.start_controller_manager(&[
@@ -94,9 +95,11 @@ async fn test_driver_works_under_the_upstream_kubelet() {
         "--v=2".into(),
     ];
     let mut upstream = Upstream::start(&bin, &args, env.dir.join("upstream.log"));
-    wait_until(Duration::from_secs(60), "upstream registers the node", || {
-        cp.get_json(&["node", &node]).map(|_| ())
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "upstream registers the node",
+        || cp.get_json(&["node", &node]).map(|_| ()),
+    );
     let driver = Driver::start(&env, &format!("csi-{node}"), &["--stage"]);
     wait_until(Duration::from_secs(60), "upstream's CSINode entry", || {
         let c = cp.get_json(&["csinode", &node])?;
@@ -115,10 +118,14 @@ async fn test_driver_works_under_the_upstream_kubelet() {
     );
     let t0 = Instant::now();
     cp.kubectl_stdin(&["apply", "-f", "-"], Some(&pod(&node)));
-    wait_until(Duration::from_secs(120), "swap-csi Running under upstream", || {
-        let p = cp.get_json(&["pod", "swap-csi"])?;
-        (p["status"]["phase"] == "Running").then_some(())
-    });
+    wait_until(
+        Duration::from_secs(120),
+        "swap-csi Running under upstream",
+        || {
+            let p = cp.get_json(&["pod", "swap-csi"])?;
+            (p["status"]["phase"] == "Running").then_some(())
+        },
+    );
     println!(
         "figure: upstream kubelet 1.20.2, CSI pod (stage + publish + inline) create to Running: {:?}",
         t0.elapsed()
@@ -132,26 +139,64 @@ async fn test_driver_works_under_the_upstream_kubelet() {
         "{}",
         stages[0]
     );
-    assert!(stages[0].contains("secrets=[\"stage-key\"]"), "{}", stages[0]);
+    assert!(
+        stages[0].contains("secrets=[\"stage-key\"]"),
+        "{}",
+        stages[0]
+    );
     let publishes = driver.calls("NodePublishVolume");
     assert_eq!(publishes.len(), 2, "{}", driver.log());
     assert!(publishes.iter().any(|p| p.contains("volume_id=vol-u ")
         && p.contains("secrets=[\"publish-key\"]")
         && p.contains("\"csi.storage.k8s.io/pod.name\":\"swap-csi\"")));
-    assert!(publishes
-        .iter()
-        .any(|p| p.contains("\"csi.storage.k8s.io/ephemeral\":\"true\"") && p.contains("staging= ")));
+    assert!(publishes.iter().any(
+        |p| p.contains("\"csi.storage.k8s.io/ephemeral\":\"true\"") && p.contains("staging= ")
+    ));
     assert_eq!(
         std::fs::read_to_string(driver.state.join("vol-u/u")).unwrap(),
         "up\n"
     );
 
+    // Swapped for rkubelet (same command line, root dir and credentials): it adopts both
+    // published volumes and the volume upstream staged at its 1.20 path, calls nothing, and
+    // on the pod's deletion unpublishes both and unstages at upstream's staging path.
+    let staging = stages[0]
+        .split(' ')
+        .find_map(|f| f.strip_prefix("staging="))
+        .unwrap()
+        .to_string();
+    upstream.stop();
+    let mut env = env;
+    env.start_kubelet_raw(&args);
+    let container = cp.get_json(&["pod", "swap-csi"]).unwrap()["status"]["containerStatuses"][0]
+        ["containerID"]
+        .clone();
+    std::thread::sleep(Duration::from_secs(8));
+    let p = cp.get_json(&["pod", "swap-csi"]).unwrap();
+    assert_eq!(p["status"]["phase"], "Running");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["containerID"],
+        container
+    );
+    assert_eq!(driver.calls("NodeStageVolume").len(), 1, "{}", driver.log());
+    assert_eq!(
+        driver.calls("NodePublishVolume").len(),
+        2,
+        "{}",
+        driver.log()
+    );
     cp.kubectl(&["delete", "pod", "swap-csi", "--wait=false"]);
     wait_until(Duration::from_secs(90), "unpublished and unstaged", || {
         (driver.calls("NodeUnpublishVolume").len() == 2
             && driver.calls("NodeUnstageVolume").len() == 1)
             .then_some(())
     });
+    let unstage = &driver.calls("NodeUnstageVolume")[0];
+    assert!(
+        unstage.contains(&format!("staging={staging}")),
+        "{unstage}\n{}",
+        tail(&env.kubelet_log(), 30)
+    );
     wait_until(Duration::from_secs(60), "no CSI mount left", || {
         let left: Vec<String> = mounts_under(&env.root)
             .into_iter()
@@ -159,5 +204,5 @@ async fn test_driver_works_under_the_upstream_kubelet() {
             .collect();
         left.is_empty().then_some(())
     });
-    upstream.stop();
+    env.stop_kubelet(nix::sys::signal::Signal::SIGTERM);
 }

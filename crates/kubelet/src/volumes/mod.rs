@@ -1,7 +1,8 @@
-//! The volume manager for the node-local plugins (upstream `pkg/kubelet/volumemanager`, reduced to
-//! what a node does alone: no attach/detach, no CSI; configMap and secret volumes read their
-//! objects through [`crate::objects`], PersistentVolumeClaims resolve to their PVs through
-//! [`claims`] and set up `local` and `hostPath` PVs through [`persistent`]).
+//! The volume manager (upstream `pkg/kubelet/volumemanager`, reduced to what a node does: no
+//! attach/detach of its own; configMap and secret volumes read their objects through
+//! [`crate::objects`], PersistentVolumeClaims resolve to their PVs through [`claims`] and set up
+//! `local` and `hostPath` PVs through [`persistent`], CSI PVs and inline CSI volumes through
+//! [`csi`], whose async driver calls the sync makes before the blocking set up here).
 //!
 //! Upstream keeps a desired state of the world (the pods' volumes) and an actual state (what is
 //! mounted), reconciled by one loop, and rebuilds the actual state from disk after a restart. Here

@@ -430,12 +430,24 @@ impl CsiVolumes {
         remove_mount_dir(target)
     }
 
-    /// Upstream `UnmountDevice`, once no pod directory holds the volume.
+    /// Upstream `UnmountDevice`, once no pod directory holds the volume. The global dir is
+    /// today's upstream path or, for a volume a 1.20 kubelet staged before it was swapped for
+    /// this one, its `pv/<pv name>` path (whose vol_data.json names the same volume).
     async fn unstage_if_unused(&self, data: &VolData) -> Result<(), CsiError> {
-        let gdir = global_dir(&self.plugin_dir(), &data.driver_name, &data.volume_handle);
-        if !gdir.exists() {
+        let current = global_dir(&self.plugin_dir(), &data.driver_name, &data.volume_handle);
+        let legacy = self.plugin_dir().join("pv").join(&data.spec_vol_id);
+        let same = |d: &Path| {
+            VolData::read(d).is_ok_and(|g| {
+                g.driver_name == data.driver_name && g.volume_handle == data.volume_handle
+            })
+        };
+        let gdir = if current.exists() {
+            current
+        } else if !data.spec_vol_id.is_empty() && legacy.exists() && same(&legacy) {
+            legacy
+        } else {
             return Ok(());
-        }
+        };
         let pods_root = self.root_dir.join("pods");
         let in_use = super::published_volumes(&pods_root)
             .into_iter()
