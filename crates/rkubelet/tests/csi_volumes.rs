@@ -184,6 +184,11 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
         &["apply", "-f", "-"],
         Some(&csi_pv_and_claim("data", "vol-a")),
     );
+    // Bound first, so that the figure below is the kubelet's part alone.
+    wait_until(Duration::from_secs(60), "claim bound", || {
+        let c = cp.get_json(&["pvc", "data"])?;
+        (c["status"]["phase"] == "Bound").then_some(())
+    });
     let t0 = Instant::now();
     cp.kubectl_stdin(
         &["apply", "-f", "-"],

@@ -471,6 +471,18 @@ impl Wiring<'_> {
             tracing::info_span!("plugin_manager"),
             plugin_mgr.run(self.cancel.child_token()),
         );
+        let mut csi = crate::volumes::csi::CsiVolumes::new(
+            cfg.root_dir.clone(),
+            cfg.node_name.clone(),
+            api.client.clone(),
+            Some(csi_drivers),
+        );
+        if let Some(c) = &api.client {
+            let (store, run) =
+                crate::volumes::csi::csi_driver_lister(c.clone(), self.cancel.child_token());
+            self.spawn(tracing::info_span!("csi_drivers"), run);
+            csi = csi.with_csi_drivers(store);
+        }
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
@@ -514,12 +526,7 @@ impl Wiring<'_> {
             seccomp_default: cfg.seccomp_default,
             runtime_classes: crate::runtime::runtime_class::RuntimeClasses::new(api.client.clone()),
             claims: crate::volumes::claims::ClaimSource::new(api.client.clone()),
-            csi: crate::volumes::csi::CsiVolumes::new(
-                cfg.root_dir.clone(),
-                cfg.node_name.clone(),
-                api.client.clone(),
-                Some(csi_drivers),
-            ),
+            csi,
             node_labels: node_view.labels.clone(),
         });
         Ok(PodRuntime {

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::runtime::reflector::Store;
 use sha2::{Digest, Sha256};
 
 use crate::pluginmanager::CsiDrivers;
@@ -99,7 +101,44 @@ pub struct CsiVolumes {
     node_name: String,
     client: Option<kube::Client>,
     drivers: Option<CsiDrivers>,
+    /// The CSIDriver objects (upstream's `csiDriverLister`), from a list+watch.
+    csi_drivers: Option<Store<CSIDriver>>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// Starts the list+watch of CSIDriver objects (upstream's informer behind `csiDriverLister`), so
+/// a set up reads the driver's policy without a request; the returned future runs it until
+/// `cancel` (the caller spawns it in its task set).
+pub fn csi_driver_lister(
+    client: kube::Client,
+    cancel: tokio_util::sync::CancellationToken,
+) -> (
+    Store<CSIDriver>,
+    impl std::future::Future<Output = ()> + Send,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{reflector, watcher, WatchStreamExt};
+    let (store, writer) = reflector::store();
+    let api: kube::Api<CSIDriver> = kube::Api::all(client);
+    let stream = reflector::reflector(
+        writer,
+        watcher::watcher(api, watcher::Config::default()).default_backoff(),
+    );
+    let run = async move {
+        let mut stream = stream.boxed();
+        loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                None => return,
+                Some(Err(e)) => tracing::warn!(error = %e, "watching CSIDrivers"),
+                Some(Ok(_)) => {}
+            }
+        }
+    };
+    (store, run)
 }
 
 impl CsiVolumes {
@@ -114,8 +153,15 @@ impl CsiVolumes {
             node_name,
             client,
             drivers,
+            csi_drivers: None,
             locks: Arc::default(),
         }
+    }
+
+    /// Reads CSIDriver objects from `store` (see [`csi_driver_lister`]).
+    pub fn with_csi_drivers(mut self, store: Store<CSIDriver>) -> Self {
+        self.csi_drivers = Some(store);
+        self
     }
 
     /// A handle with no drivers and no API (standalone unit tests, nodes without CSI).

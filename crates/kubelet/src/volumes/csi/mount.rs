@@ -20,6 +20,9 @@ use crate::volumes::claims::{BoundClaim, Claims};
 use crate::volumes::persistent::FsGroup;
 use crate::volumes::{mounted_fs_type, ownership};
 
+/// How long a set up waits for the CSIDriver lister's first list.
+const LISTER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Upstream's plugin name in `storage_operation_duration_seconds` for a CSI driver.
 fn metric_plugin(driver: &str) -> String {
     format!("kubernetes.io/csi:{driver}")
@@ -327,17 +330,20 @@ impl CsiVolumes {
         res
     }
 
-    /// The CSIDriver object, None when absent or unreadable (upstream treats both as absent
-    /// for the policy defaults).
+    /// The CSIDriver object from the lister, None when absent (upstream's defaults apply then).
+    /// The first list is waited for (briefly): before it, every driver would look absent.
     async fn csi_driver(&self, name: &str) -> Option<CSIDriver> {
-        let client = self.client.as_ref()?;
-        match Api::<CSIDriver>::all(client.clone()).get_opt(name).await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(driver = name, error = %e, "cannot read CSIDriver");
-                None
-            }
+        let store = self.csi_drivers.as_ref()?;
+        let ready = tokio::time::timeout(LISTER_WAIT, store.wait_until_ready()).await;
+        if !matches!(ready, Ok(Ok(()))) {
+            tracing::warn!(
+                driver = name,
+                "CSIDriver lister not synced; using the defaults"
+            );
         }
+        store
+            .get(&kube::runtime::reflector::ObjectRef::new(name))
+            .map(|d| (*d).clone())
     }
 
     /// Upstream `waitForVolumeAttachment` (one probe per sync; the pod worker retries): the
