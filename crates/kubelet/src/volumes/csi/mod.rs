@@ -13,11 +13,12 @@
 //! a lock per `driver^handle`, so a pod tearing down never unstages under a pod setting up.
 //!
 //! The paths, names and attributes are pure functions (table-tested below); the gRPC calls are in
-//! [`node`], the operations in [`mount`].
+//! [`node`], the operations in [`mount`] and [`teardown`].
 
 pub mod mount;
 pub mod node;
 pub mod stats;
+pub mod teardown;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

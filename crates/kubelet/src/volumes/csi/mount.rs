@@ -24,11 +24,11 @@ use crate::volumes::{mounted_fs_type, ownership};
 const LISTER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Upstream's plugin name in `storage_operation_duration_seconds` for a CSI driver.
-fn metric_plugin(driver: &str) -> String {
+pub(super) fn metric_plugin(driver: &str) -> String {
     format!("kubernetes.io/csi:{driver}")
 }
 
-fn is_mounted(p: &Path) -> bool {
+pub(super) fn is_mounted(p: &Path) -> bool {
     matches!(mounted_fs_type(p), Ok(Some(_)))
 }
 
@@ -42,7 +42,7 @@ fn mkdir(p: &Path) -> Result<(), CsiError> {
 
 /// Upstream `removeMountDir`: the target if it is not mounted (and empty), the vol_data.json
 /// beside it, and their directory.
-fn remove_mount_dir(target: &Path) -> Result<(), CsiError> {
+pub(super) fn remove_mount_dir(target: &Path) -> Result<(), CsiError> {
     if is_mounted(target) {
         return Err(CsiError::Other(format!(
             "{} is still mounted",
@@ -386,106 +386,6 @@ impl CsiVolumes {
             out.insert(k, String::from_utf8_lossy(&v.0).into_owned());
         }
         Ok(out)
-    }
-
-    /// Tears down every CSI volume of the pod directory: NodeUnpublishVolume, then, for a
-    /// persistent volume no other pod on the node uses any more, NodeUnstageVolume. Stops at the
-    /// first failure (the caller retries; nothing else below the pod directory may be unmounted
-    /// behind the driver's back meanwhile).
-    pub async fn tear_down_pod(&self, pod_dir: &Path) -> Result<(), CsiError> {
-        let base = pod_dir.join("volumes").join(super::CSI_PLUGIN_DIR);
-        let Ok(entries) = std::fs::read_dir(&base) else {
-            return Ok(());
-        };
-        for e in entries.flatten() {
-            let dir = e.path();
-            let target = dir.join("mount");
-            let data = match VolData::read(&dir) {
-                Ok(d) => d,
-                Err(_) if !is_mounted(&target) => {
-                    remove_mount_dir(&target)?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let _guard = self.lock(&data.driver_name, &data.volume_handle).await;
-            let start = Instant::now();
-            let res = self.unpublish(&data, &target).await;
-            crate::metrics::record_storage_operation(
-                &metric_plugin(&data.driver_name),
-                "volume_unmount",
-                start.elapsed(),
-                res.is_ok(),
-            );
-            res?;
-            tracing::info!(driver = %data.driver_name, handle = %data.volume_handle, target = %target.display(), "CSI volume unpublished");
-            if !data.is_ephemeral() {
-                self.unstage_if_unused(&data).await?;
-            }
-        }
-        let _ = std::fs::remove_dir(&base);
-        Ok(())
-    }
-
-    async fn unpublish(&self, data: &VolData, target: &Path) -> Result<(), CsiError> {
-        if target.exists() || is_mounted(target) {
-            let endpoint = self.endpoint("Unmounter.TearDownAt", &data.driver_name)?;
-            let mut node = Node::connect(&endpoint)?;
-            node.unpublish(&data.volume_handle, target).await?;
-        }
-        remove_mount_dir(target)
-    }
-
-    /// Upstream `UnmountDevice`, once no pod directory holds the volume. The global dir is
-    /// today's upstream path or, for a volume a 1.20 kubelet staged before it was swapped for
-    /// this one, its `pv/<pv name>` path (whose vol_data.json names the same volume).
-    async fn unstage_if_unused(&self, data: &VolData) -> Result<(), CsiError> {
-        let current = global_dir(&self.plugin_dir(), &data.driver_name, &data.volume_handle);
-        let legacy = self.plugin_dir().join("pv").join(&data.spec_vol_id);
-        let same = |d: &Path| {
-            VolData::read(d).is_ok_and(|g| {
-                g.driver_name == data.driver_name && g.volume_handle == data.volume_handle
-            })
-        };
-        let gdir = if current.exists() {
-            current
-        } else if !data.spec_vol_id.is_empty() && legacy.exists() && same(&legacy) {
-            legacy
-        } else {
-            return Ok(());
-        };
-        let pods_root = self.root_dir.join("pods");
-        let in_use = super::published_volumes(&pods_root)
-            .into_iter()
-            .any(|(_, d)| {
-                d.driver_name == data.driver_name && d.volume_handle == data.volume_handle
-            });
-        if in_use {
-            return Ok(());
-        }
-        let staging = gdir.join(GLOBAL_MOUNT);
-        let endpoint = self.endpoint("attacher.UnmountDevice", &data.driver_name)?;
-        let mut node = Node::connect(&endpoint)?;
-        let start = Instant::now();
-        let res = async {
-            if node.supports_stage().await? {
-                node.unstage(&data.volume_handle, &staging).await?;
-            }
-            remove_mount_dir(&staging)
-        }
-        .await;
-        crate::metrics::record_storage_operation(
-            &metric_plugin(&data.driver_name),
-            "unmount_device",
-            start.elapsed(),
-            res.is_ok(),
-        );
-        res?;
-        tracing::info!(driver = %data.driver_name, handle = %data.volume_handle, "CSI volume unstaged");
-        if let Some(driver_dir) = gdir.parent() {
-            let _ = std::fs::remove_dir(driver_dir);
-        }
-        Ok(())
     }
 }
 
