@@ -4,8 +4,13 @@
 # Prints figures; it asserts nothing.
 #
 #   bench/pvc-local.sh [N...]     default: 1 30
+#   PVC_PLUGIN=csi bench/pvc-local.sh [N...]
+#                                 the same with CSI PVs of the test driver rkt-csi-hostpath
+#                                 ($CSI_DRIVER, default next to $RKUBELET; with --stage, so each
+#                                 volume is staged and published), CSIDriver attachRequired false
 #
-# Per N: a fresh control plane + PV binder, a fresh private containerd (INDEX 170), rkubelet
+# Per N: a fresh control plane + PV binder, a fresh private containerd (INDEX 170, or
+# $BENCH_INDEX), rkubelet
 # ($RKUBELET, default target/release/rkubelet) with node credentials; N local PVs (directories
 # under the containerd dir) and N claims, bound by the binder; then N pods (one claim each,
 # fsGroup set) created at once, watched until Running, then deleted and watched until no mount
@@ -18,15 +23,29 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
 
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
+PVC_PLUGIN="${PVC_PLUGIN:-local}"
+CSI_DRIVER="${CSI_DRIVER:-$(dirname "$RKUBELET")/rkt-csi-hostpath}"
+CSI_NAME=hostpath.csi.rkubelet.test
+case "$PVC_PLUGIN" in
+local) METRIC_PLUGIN=kubernetes.io/local-volume ;;
+csi) METRIC_PLUGIN="kubernetes.io/csi:$CSI_NAME" ;;
+*) echo "PVC_PLUGIN must be local or csi" >&2; exit 2 ;;
+esac
+export METRIC_PLUGIN
 NODE_NAME=pvcbench
-INDEX=170
+INDEX="${BENCH_INDEX:-170}"
 RO_PORT=$((10000 + 4 * INDEX))
 CGROUP_ROOT=/rkubelet-pvcbench
 IMAGE=rkubelet.local/busybox:1.35
 
-CUR_CD="" CUR_CP="" CUR_PID=""
+CUR_CD="" CUR_CP="" CUR_PID="" CUR_DRIVER=""
 
 cleanup() {
+    if [[ -n "$CUR_DRIVER" ]]; then
+        kill -TERM "$CUR_DRIVER" 2>/dev/null || true
+        timeout 10 tail --pid="$CUR_DRIVER" -f /dev/null || kill -KILL "$CUR_DRIVER" 2>/dev/null || true
+    fi
+    CUR_DRIVER=""
     if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
         kill -TERM "$CUR_PID" 2>/dev/null || true
         timeout 10 tail --pid="$CUR_PID" -f /dev/null || kill -KILL "$CUR_PID" 2>/dev/null || true
@@ -49,12 +68,12 @@ trap 'exit 130' INT TERM
 # storage_operation_duration_seconds of the local plugin: "op count mean_ms" lines.
 METRIC_PY=$(
     cat <<'PY'
-import re, sys, urllib.request
+import os, re, sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
 vals = {}
 for line in text.splitlines():
     m = re.match(r'storage_operation_duration_seconds_(sum|count)\{(.*)\} (\S+)', line)
-    if not m or 'volume_plugin="kubernetes.io/local-volume"' not in m.group(2):
+    if not m or f'volume_plugin="{os.environ["METRIC_PLUGIN"]}"' not in m.group(2):
         continue
     op = re.search(r'operation_name="([^"]+)"', m.group(2)).group(1)
     st = re.search(r'status="([^"]+)"', m.group(2)).group(1)
@@ -98,9 +117,36 @@ bench_one() {
         sleep 0.2
     done
     host="$("${k[@]}" get node "$NODE_NAME" -o 'jsonpath={.metadata.labels.kubernetes\.io/hostname}')"
+    if [[ "$PVC_PLUGIN" == csi ]]; then
+        "$CSI_DRIVER" --endpoint "$cd/kubelet/plugins/$CSI_NAME/csi.sock" \
+            --registration "$cd/kubelet/plugins_registry/$CSI_NAME-reg.sock" \
+            --node-id "$NODE_NAME" --driver-name "$CSI_NAME" --state-dir "$cd/pvs" --stage \
+            2>"$logf.driver" &
+        CUR_DRIVER=$!
+        "${k[@]}" apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: $CSI_NAME}
+spec: {attachRequired: false, volumeLifecycleModes: [Persistent]}
+EOF
+    fi
     for ((i = 0; i < n; i++)); do
         mkdir -p "$cd/pvs/$i"
-        cat <<EOF
+        if [[ "$PVC_PLUGIN" == csi ]]; then
+            cat <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: bench-pv-$i}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  claimRef: {namespace: default, name: bench-$i}
+  csi: {driver: $CSI_NAME, volumeHandle: "v$i", fsType: ext4}
+EOF
+        else
+            cat <<EOF
 ---
 apiVersion: v1
 kind: PersistentVolume
@@ -115,6 +161,9 @@ spec:
     required:
       nodeSelectorTerms:
       - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: ["$host"]}]
+EOF
+        fi
+        cat <<EOF
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -164,10 +213,10 @@ EOF
     done
     t3=$(date +%s.%N)
     echo
-    echo "=== N = $n pods, one local PVC each (fsGroup set) ==="
+    echo "=== N = $n pods, one $PVC_PLUGIN PVC each (fsGroup set) ==="
     printf '  create -> all Running        %7.2f s\n' "$(echo "$t1 - $t0" | bc)"
     printf '  delete -> no mount, no pod   %7.2f s\n' "$(echo "$t3 - $t2" | bc)"
-    echo "  storage_operation_duration_seconds{volume_plugin=kubernetes.io/local-volume}:"
+    echo "  storage_operation_duration_seconds{volume_plugin=$METRIC_PLUGIN}:"
     python3 -c "$METRIC_PY" "$RO_PORT" | while read -r op st cnt mean; do
         printf '    %-15s %-13s %4d ops   mean %8s ms per volume\n' "$op" "$st" "$cnt" "$mean"
     done
@@ -189,6 +238,7 @@ main() {
         log "building $RKUBELET"
         (cd "$REPO_ROOT" && cargo build --release -p rkubelet)
     fi
+    [[ "$PVC_PLUGIN" != csi || -x "$CSI_DRIVER" ]] || die "no CSI driver at $CSI_DRIVER (cargo build -p rkubelet --bin rkt-csi-hostpath)"
     for n in "${sizes[@]}"; do
         bench_one "$n"
     done

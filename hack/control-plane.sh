@@ -207,7 +207,7 @@ cmd_up() {
         --service-account-issuer https://kubernetes.default.svc.cluster.local
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key"
         --service-cluster-ip-range 10.96.0.0/12 --allow-privileged=true
-        --feature-gates EphemeralContainers=true,BoundServiceAccountTokenVolume=true
+        --feature-gates EphemeralContainers=true,BoundServiceAccountTokenVolume=true,GenericEphemeralVolume=true
         --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
         --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
         --kubelet-preferred-address-types InternalIP,Hostname)

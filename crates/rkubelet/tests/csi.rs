@@ -4,69 +4,17 @@
 //! annotation up to date from the driver's `NodeGetInfo`; the driver going away deregisters it.
 
 mod common;
+#[path = "csi_driver/harness.rs"]
+mod harness;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
+use harness::{Driver, DRIVER};
 use serde_json::Value;
 
-const DRIVER: &str = "hostpath.csi.rkubelet.test";
 const TOPOLOGY_KEY: &str = "topology.hostpath.csi.rkubelet.test/node";
-
-/// The driver process, stopped with SIGTERM (it removes its sockets) when dropped.
-struct Driver {
-    child: Option<Child>,
-    log: PathBuf,
-    state: PathBuf,
-}
-
-impl Driver {
-    fn start(env: &Env, node_id: &str, extra: &[&str]) -> Driver {
-        let log = env.dir.join("csi-driver.log");
-        let state = env.dir.join("csi-volumes");
-        let child = Command::new(env!("CARGO_BIN_EXE_rkt-csi-hostpath"))
-            .arg("--endpoint")
-            .arg(env.root.join(format!("plugins/{DRIVER}/csi.sock")))
-            .arg("--registration")
-            .arg(env.root.join(format!("plugins_registry/{DRIVER}-reg.sock")))
-            .args(["--node-id", node_id, "--driver-name", DRIVER])
-            .arg("--state-dir")
-            .arg(&state)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Driver {
-            child: Some(child),
-            log,
-            state,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.state);
-    }
-}
 
 fn csinode_drivers(cp: &ControlPlane, node: &str) -> Vec<Value> {
     cp.get_json(&["csinode", node])

@@ -242,6 +242,7 @@ pub async fn run_with(
     let node = w.node_identity()?;
     let cm = w.container_manager(&node, cgroups).await?;
     let pods = w.pod_runtime(&version, &node, &api, cm)?;
+    stats.set_csi(pods.ctx.csi.clone());
     if cfg.enable_server && cfg.port != 0 {
         w.secure_server(&node, &api, &stats, &pods).await?;
     }

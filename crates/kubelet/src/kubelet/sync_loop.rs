@@ -66,6 +66,8 @@ pub struct SyncLoop<S: PodSyncer> {
     pub active_pods: watch::Sender<Arc<Vec<Arc<Pod>>>>,
     /// Start-up timelines: a pod is seen and admitted here.
     pub timeline: crate::timeline::TimelineHandle,
+    /// The CSI plugin: an orphaned pod directory's CSI volumes go through their driver.
+    pub csi: crate::volumes::csi::CsiVolumes,
 }
 
 /// The loop's inputs.
@@ -486,6 +488,16 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             Err(_) => return,
         };
+        let mut ready = Vec::with_capacity(orphans.len());
+        for uid in orphans {
+            match self.csi.tear_down_pod(&pods_root.join(&uid)).await {
+                Ok(()) => ready.push(uid),
+                Err(e) => {
+                    warn!(uid = %uid, error = %e, "cannot tear down CSI volumes of an orphaned pod directory")
+                }
+            }
+        }
+        let orphans = ready;
         if orphans.is_empty() {
             return;
         }

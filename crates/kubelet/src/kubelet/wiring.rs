@@ -484,7 +484,7 @@ impl Wiring<'_> {
             image_gc_task.run(self.cancel.child_token()),
         );
         // Upstream's plugin manager: CSI node plugins register through <root-dir>/plugins_registry.
-        let (plugin_mgr, _csi_drivers) = crate::pluginmanager::PluginManager::new(
+        let (plugin_mgr, csi_drivers) = crate::pluginmanager::PluginManager::new(
             &cfg.root_dir,
             cfg.node_name.clone(),
             api.client.clone(),
@@ -493,6 +493,18 @@ impl Wiring<'_> {
             tracing::info_span!("plugin_manager"),
             plugin_mgr.run(self.cancel.child_token()),
         );
+        let mut csi = crate::volumes::csi::CsiVolumes::new(
+            cfg.root_dir.clone(),
+            cfg.node_name.clone(),
+            api.client.clone(),
+            Some(csi_drivers),
+        );
+        if let Some(c) = &api.client {
+            let (store, run) =
+                crate::volumes::csi::csi_driver_lister(c.clone(), self.cancel.child_token());
+            self.spawn(tracing::info_span!("csi_drivers"), run);
+            csi = csi.with_csi_drivers(store);
+        }
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
@@ -536,6 +548,7 @@ impl Wiring<'_> {
             seccomp_default: cfg.seccomp_default,
             runtime_classes: crate::runtime::runtime_class::RuntimeClasses::new(api.client.clone()),
             claims: crate::volumes::claims::ClaimSource::new(api.client.clone()),
+            csi,
             node_labels: node_view.labels.clone(),
         });
         Ok(PodRuntime {
@@ -867,6 +880,7 @@ impl Wiring<'_> {
         let (worker_tx, worker_events) = mpsc::unbounded_channel();
         let cm = pods.ctx.cm.clone();
         let timeline = pods.ctx.timeline.clone();
+        let csi = pods.ctx.csi.clone();
         let workers = PodWorkers::new(
             Arc::new(Syncer { ctx: pods.ctx }),
             worker_tx,
@@ -893,6 +907,7 @@ impl Wiring<'_> {
             eviction: eviction.handle,
             active_pods: eviction.active_pods,
             timeline,
+            csi,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,

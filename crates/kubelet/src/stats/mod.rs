@@ -38,6 +38,9 @@ pub struct StatsSource {
     /// The node's cgroups (None where they cannot be read): pod cgroups, system containers and
     /// `/metrics/cadvisor`.
     pub cgroups: Option<CgroupStats>,
+    /// The CSI plugin, set once the pod runtime exists (the stats endpoints start before it):
+    /// CSI volumes' usage comes from their driver's `NodeGetVolumeStats`.
+    pub csi: std::sync::Arc<std::sync::OnceLock<crate::volumes::csi::CsiVolumes>>,
 }
 
 impl StatsSource {
@@ -56,7 +59,13 @@ impl StatsSource {
             root_dir,
             ephemeral,
             cgroups,
+            csi: std::sync::Arc::default(),
         }
+    }
+
+    /// Hands the CSI plugin to the stats endpoints (every clone of this source sees it).
+    pub fn set_csi(&self, csi: crate::volumes::csi::CsiVolumes) {
+        let _ = self.csi.set(csi);
     }
 
     /// The pod cgroups now and, with `system`, the system containers (nothing without cgroups).
@@ -436,7 +445,10 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
     }
     let mut ephemeral = BTreeMap::new();
     for (pod, l) in layers {
-        let e = src.ephemeral.measure(&pod, l).await;
+        let mut e = src.ephemeral.measure(&pod, l).await;
+        if let Some(csi) = src.csi.get() {
+            csi_volume_stats(csi, &src.root_dir.join("pods").join(&pod.uid), &mut e).await;
+        }
         ephemeral.insert(pod, e);
     }
     let now = now_ns();
@@ -461,6 +473,40 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
         pod_cgroups: &tree.pods,
         system_containers: &system,
     })
+}
+
+/// CSI volumes' usage and file system as their driver reports them (upstream's CSI
+/// `MetricsProvider`); a driver that cannot tell leaves the walked figure.
+async fn csi_volume_stats(
+    csi: &crate::volumes::csi::CsiVolumes,
+    pod_dir: &std::path::Path,
+    e: &mut PodEphemeral,
+) {
+    for v in &mut e.volumes {
+        if v.plugin != crate::volumes::csi::CSI_PLUGIN_DIR {
+            continue;
+        }
+        match csi.volume_stats(pod_dir, &v.name).await {
+            Ok(Some(s)) => {
+                v.usage = fs::DiskUsage {
+                    bytes: s.used_bytes.unwrap_or(0),
+                    inodes: s.inodes_used.unwrap_or(0),
+                };
+                v.fs = Some(fs::FsInfo {
+                    capacity_bytes: s.capacity_bytes.unwrap_or(0),
+                    available_bytes: s.available_bytes.unwrap_or(0),
+                    free_bytes: s.available_bytes.unwrap_or(0),
+                    inodes: s.inodes.unwrap_or(0),
+                    inodes_free: s.inodes_free.unwrap_or(0),
+                });
+                v.measured = std::time::SystemTime::now();
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::debug!(volume = %v.name, error = %err, "CSI volume stats unavailable")
+            }
+        }
+    }
 }
 
 /// Upstream `GetCPUAndMemoryStats`: the summary's CPU and memory figures only, without walking

@@ -76,6 +76,8 @@ pub struct SyncContext {
     pub runtime_classes: crate::runtime::runtime_class::RuntimeClasses,
     /// PVCs and their PVs, read on each sync of a pod that uses one.
     pub claims: crate::volumes::claims::ClaimSource,
+    /// The CSI volume plugin: stage/publish through the registered drivers.
+    pub csi: crate::volumes::csi::CsiVolumes,
     /// The node's labels as it registers them (PV node affinity).
     pub node_labels: std::collections::BTreeMap<String, String>,
     /// Each pod's start-up milestones (volumes, sandbox, images, containers, Ready).
@@ -332,6 +334,11 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
     let tokens = ctx.tokens.fetch(pod).await;
     // Upstream's populator reads each PVC and its PV whenever it processes the pod.
     let claims = ctx.claims.resolve(pod).await;
+    // CSI volumes first: their driver calls are async, the rest of the set up is blocking.
+    let csi = ctx
+        .csi
+        .set_up_pod(pod, &dir, &claims, volumes::pod_fs_group(pod))
+        .await;
     let inputs = VolumeInputs {
         objects,
         tokens,
@@ -339,6 +346,7 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         pvs: volumes::PvInputs {
             claims,
             node_labels: ctx.node_labels.clone(),
+            csi,
         },
     };
     match set_up_volumes(dir.clone(), pod.clone(), node_memory, inputs).await {
@@ -997,6 +1005,12 @@ pub async fn terminate_pod(
 /// cleanup after the pod's deletion and housekeeping try again.
 async fn tear_down_volumes(ctx: &SyncContext, pod: &Pod) {
     let dir = pod_dir(ctx, pod);
+    // CSI volumes go through their driver first; while one fails nothing else is unmounted, so
+    // the driver's unpublish and unstage still find their mounts on the retry.
+    if let Err(e) = ctx.csi.tear_down_pod(&dir).await {
+        warn!(pod = %podutil::describe(pod), error = %e, "cannot tear down CSI volumes of a stopped pod; retrying later");
+        return;
+    }
     let res = tokio::task::spawn_blocking({
         let dir = dir.clone();
         move || volumes::tear_down_volumes(&dir)
@@ -1054,6 +1068,10 @@ pub async fn remove_from_runtime(
 pub async fn remove_pod_dir(ctx: &SyncContext, pod: &crate::runtime::manager::RuntimePodRef) {
     let dir = ctx.root_dir.join("pods").join(&pod.uid);
     let who = format!("{}/{}", pod.namespace, pod.name);
+    if let Err(e) = ctx.csi.tear_down_pod(&dir).await {
+        warn!(pod = %who, error = %e, "cannot tear down CSI volumes; housekeeping retries");
+        return;
+    }
     let res = tokio::task::spawn_blocking({
         let dir = dir.clone();
         move || volumes::remove_pod_dir(&dir)

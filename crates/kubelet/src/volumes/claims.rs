@@ -51,32 +51,45 @@ impl ClaimSource {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let (mounts, devices) = volume_uses(pod);
         let mut out = Claims::default();
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            let Some(src) = &v.persistent_volume_claim else {
-                continue;
-            };
+            // A generic ephemeral volume is the claim `<pod>-<volume>` the ephemeral volume
+            // controller creates (upstream `ephemeral.VolumeClaimName`), owned by the pod.
+            let (claim_name, read_only, ephemeral) =
+                match (&v.persistent_volume_claim, &v.ephemeral) {
+                    (Some(src), _) => (src.claim_name.clone(), src.read_only == Some(true), false),
+                    (None, Some(_)) => (format!("{pod_name}-{}", v.name), false, true),
+                    (None, None) => continue,
+                };
             if !mounts.contains(&v.name) && !devices.contains(&v.name) {
                 continue;
             }
             let res = self
-                .resolve_one(ns, &src.claim_name, src.read_only == Some(true))
+                .resolve_one(ns, &claim_name, read_only)
                 .await
-                .and_then(|b| {
+                .and_then(|(b, controller)| {
                     check_volume_mode(v, &b, &mounts, &devices)?;
-                    Ok(b)
+                    Ok((b, controller))
                 })
-                .map_err(|e| format!("error processing PVC {ns}/{}: {e}", src.claim_name));
+                .map_err(|e| format!("error processing PVC {ns}/{claim_name}: {e}"))
+                .and_then(|(b, controller)| {
+                    if ephemeral {
+                        volume_is_for_pod(pod, ns, &claim_name, controller.as_deref())?;
+                    }
+                    Ok(b)
+                });
             out.0.insert(v.name.clone(), res);
         }
         out
     }
 
+    /// The bound claim and the UID of the claim's controller (its owner with `controller`).
     async fn resolve_one(
         &self,
         ns: &str,
         claim: &str,
         read_only: bool,
-    ) -> Result<BoundClaim, String> {
+    ) -> Result<(BoundClaim, Option<String>), String> {
         let Some(client) = &self.client else {
             return Err(format!(
                 "failed to fetch PVC from API server: no API server to read persistentvolumeclaim {claim:?} from"
@@ -97,13 +110,38 @@ impl ClaimSource {
                 )
             })?;
         check_pv(&pv, pvc.metadata.uid.as_deref().unwrap_or_default())?;
-        Ok(BoundClaim { pv, read_only })
+        let controller = pvc
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.clone());
+        Ok((BoundClaim { pv, read_only }, controller))
     }
+}
+
+/// Upstream `ephemeral.VolumeIsForPod`: a generic ephemeral volume's claim must be controlled by
+/// the pod (a same-named claim someone else made is refused).
+pub fn volume_is_for_pod(
+    pod: &Pod,
+    ns: &str,
+    claim: &str,
+    controller_uid: Option<&str>,
+) -> Result<(), String> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    if controller_uid == Some(uid) && !uid.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "PVC {ns}/{claim} was not created for pod {ns}/{} (pod is not owner)",
+        pod.metadata.name.as_deref().unwrap_or_default()
+    ))
 }
 
 /// The API server's own message for an API error (`persistentvolumeclaims "x" not found`), as
 /// upstream's client-go error prints.
-fn api_message(e: kube::Error) -> String {
+pub(crate) fn api_message(e: kube::Error) -> String {
     match e {
         kube::Error::Api(s) => s.message,
         e => e.to_string(),
@@ -264,6 +302,25 @@ mod tests {
             check_pv(&pv(Some("u2")), "u1").unwrap_err(),
             "found PV object pv1 but its pv.Spec.ClaimRef.UID u2 does not point to claim.UID u1"
         );
+    }
+
+    #[test]
+    fn ephemeral_claim_must_be_the_pods() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(volume_is_for_pod(&pod, "ns", "p-v", Some("u1")), Ok(()));
+        for other in [None, Some("u2")] {
+            assert_eq!(
+                volume_is_for_pod(&pod, "ns", "p-v", other).unwrap_err(),
+                "PVC ns/p-v was not created for pod ns/p (pod is not owner)"
+            );
+        }
     }
 
     #[test]

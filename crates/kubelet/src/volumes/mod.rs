@@ -1,7 +1,8 @@
-//! The volume manager for the node-local plugins (upstream `pkg/kubelet/volumemanager`, reduced to
-//! what a node does alone: no attach/detach, no CSI; configMap and secret volumes read their
-//! objects through [`crate::objects`], PersistentVolumeClaims resolve to their PVs through
-//! [`claims`] and set up `local` and `hostPath` PVs through [`persistent`]).
+//! The volume manager (upstream `pkg/kubelet/volumemanager`, reduced to what a node does: no
+//! attach/detach of its own; configMap and secret volumes read their objects through
+//! [`crate::objects`], PersistentVolumeClaims resolve to their PVs through [`claims`] and set up
+//! `local` and `hostPath` PVs through [`persistent`], CSI PVs and inline CSI volumes through
+//! [`csi`], whose async driver calls the sync makes before the blocking set up here).
 //!
 //! Upstream keeps a desired state of the world (the pods' volumes) and an actual state (what is
 //! mounted), reconciled by one loop, and rebuilds the actual state from disk after a restart. Here
@@ -14,6 +15,7 @@
 pub mod atomic_writer;
 pub mod claims;
 pub mod config_map;
+pub mod csi;
 pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
@@ -106,6 +108,12 @@ pub enum VolumeError {
     NodeAffinity,
     #[error("LocalVolume volume {pv:?}: {why}")]
     LocalPath { pv: String, why: String },
+    /// A CSI volume's wait for attachment, stage or publish failed ([`csi`]).
+    #[error("{error}")]
+    Csi {
+        step: csi::Step,
+        error: csi::CsiError,
+    },
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
@@ -140,6 +148,20 @@ impl std::fmt::Display for SetUpError {
                 f,
                 "MountVolume.NodeAffinity check failed for volume {v:?} : {}",
                 self.source
+            ),
+            VolumeError::Csi {
+                step: csi::Step::WaitForAttach,
+                error,
+            } => write!(
+                f,
+                "MountVolume.WaitForAttach failed for volume {v:?} : {error}"
+            ),
+            VolumeError::Csi {
+                step: csi::Step::MountDevice,
+                error,
+            } => write!(
+                f,
+                "MountVolume.MountDevice failed for volume {v:?} : {error}"
             ),
             e => write!(f, "MountVolume.SetUp failed for volume {v:?} : {e}"),
         }
@@ -236,6 +258,8 @@ pub fn set_up_pod(
 pub struct PvInputs {
     pub claims: claims::Claims,
     pub node_labels: BTreeMap<String, String>,
+    /// The CSI volumes the sync set up first (their driver calls are async), by volume name.
+    pub csi: csi::CsiSetUps,
 }
 
 /// [`set_up_pod`] with everything downwardAPI and projected volumes read: node allocatable (the
@@ -254,7 +278,25 @@ pub fn set_up_pod_with(
     let mut done = BTreeMap::new();
     let mut errors = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        if v.persistent_volume_claim.is_some() {
+        if let Some(res) = pvs.csi.get(&v.name) {
+            match res {
+                Ok(p) => {
+                    if p.read_only {
+                        out.read_only.insert(v.name.clone());
+                    }
+                    done.insert(v.name.clone(), p.path.clone());
+                }
+                Err(e) => errors.push(SetUpError {
+                    volume: v.name.clone(),
+                    source: VolumeError::Csi {
+                        step: e.step,
+                        error: e.error.clone(),
+                    },
+                }),
+            }
+            continue;
+        }
+        if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
             match set_up_claim(pod_dir, pod, v, pvs) {
                 Ok(None) => {}
                 Ok(Some(persistent::PvSetUp::Dir { path, read_only })) => {
@@ -314,16 +356,21 @@ fn set_up_claim(
         Some(Err(e)) => return Err(VolumeError::Claim(e.clone())),
         Some(Ok(c)) => c,
     };
+    persistent::set_up(pod_dir, claim, &pvs.node_labels, pod_fs_group(pod)).map(Some)
+}
+
+/// The pod's fsGroup and `fsGroupChangePolicy` (upstream `MounterArgs`), which persistent
+/// volume plugins apply.
+pub fn pod_fs_group(pod: &Pod) -> persistent::FsGroup {
     let policy = pod
         .spec
         .as_ref()
         .and_then(|s| s.security_context.as_ref())
         .and_then(|s| s.fs_group_change_policy.as_deref());
-    let fs = persistent::FsGroup {
+    persistent::FsGroup {
         gid: fs_group(pod),
         policy: ownership::ChangePolicy::from_api(policy),
-    };
-    persistent::set_up(pod_dir, claim, &pvs.node_labels, fs).map(Some)
+    }
 }
 
 /// `spec.securityContext.fsGroup`, when it is a valid group ID.
@@ -418,7 +465,7 @@ fn set_up_volume(
     }
     Err(VolumeError::Unsupported {
         kind: volume_kind(v),
-        why: "only emptyDir, hostPath, configMap, secret, downwardAPI, projected and persistentVolumeClaim (local and hostPath PVs) are",
+        why: "only emptyDir, hostPath, configMap, secret, downwardAPI, projected, csi (with a registered driver) and persistentVolumeClaim (local, hostPath and csi PVs) are",
     })
 }
 

@@ -120,7 +120,7 @@ pub fn set_up(
     }
     Err(VolumeError::Unsupported {
         kind: "persistentVolumeClaim",
-        why: "its PV's source is neither local nor hostPath, the PV sources this node mounts",
+        why: "its PV's source is neither local, hostPath nor csi, the PV sources this node mounts",
     })
 }
 
@@ -249,7 +249,7 @@ fn map_device(pod_dir: &Path, pv_name: &str, device: &Path) -> Result<PathBuf, V
 }
 
 /// Upstream `GetVolumesInUse` for the node status's `volumesInUse`: the unique names
-/// (`kubernetes.io/local-volume/<pv>`) of the device-mountable volumes pods on this node have
+/// (`kubernetes.io/local-volume/<pv>`, `kubernetes.io/csi/<driver>^<handle>`) of the device-mountable volumes pods on this node have
 /// set up, read from the pods' volume directories (which exist from set up until tear down),
 /// sorted as upstream sorts them. hostPath PVs are neither attachable nor device-mountable, so
 /// upstream leaves them out too. The attach/detach controller reads the list before detaching.
@@ -271,6 +271,7 @@ pub fn volumes_in_use(pods_root: &Path) -> Vec<String> {
             }
         }
     }
+    names.extend(super::csi::volumes_in_use(pods_root));
     names.into_iter().collect()
 }
 

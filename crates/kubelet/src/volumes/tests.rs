@@ -318,6 +318,7 @@ fn unsupported_volumes_fail_by_name_and_type() {
             .collect(),
         ),
         node_labels: Default::default(),
+        csi: Default::default(),
     };
     let objects = Objects::default();
     let tokens = crate::token::Tokens::default();
