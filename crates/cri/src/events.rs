@@ -128,9 +128,7 @@ pub fn decode(env: &Envelope) -> Result<Option<ContainerdEvent>, DecodeError> {
         ),
         "/tasks/start" => (
             Topic::TaskStart,
-            ev::TaskStart::decode(payload()?)
-                .map_err(err)?
-                .container_id,
+            ev::TaskStart::decode(payload()?).map_err(err)?.container_id,
         ),
         "/tasks/exit" => {
             let e = ev::TaskExit::decode(payload()?).map_err(err)?;
@@ -239,14 +237,30 @@ mod tests {
             ("k8s.io", Topic::TaskDelete, "c1", "exec-9", None),
             ("k8s.io", Topic::TaskStart, "c1", "", Some(Topic::TaskStart)),
             ("k8s.io", Topic::TaskOom, "c1", "", Some(Topic::TaskOom)),
-            ("k8s.io", Topic::ContainerCreate, "c1", "", Some(Topic::ContainerCreate)),
-            ("k8s.io", Topic::ContainerDelete, "c1", "", Some(Topic::ContainerDelete)),
+            (
+                "k8s.io",
+                Topic::ContainerCreate,
+                "c1",
+                "",
+                Some(Topic::ContainerCreate),
+            ),
+            (
+                "k8s.io",
+                Topic::ContainerDelete,
+                "c1",
+                "",
+                Some(Topic::ContainerDelete),
+            ),
             // Another client's namespace (ctr, moby) is none of the kubelet's business.
             ("default", Topic::TaskExit, "c1", "", None),
         ];
         for (ns, topic, id, exec, want) in rows {
             let got = decode(&envelope(ns, *topic, id, exec, t)).unwrap();
-            assert_eq!(got.as_ref().map(|e| e.topic), *want, "{ns} {topic:?} {exec}");
+            assert_eq!(
+                got.as_ref().map(|e| e.topic),
+                *want,
+                "{ns} {topic:?} {exec}"
+            );
             if let Some(e) = got {
                 assert_eq!(e.id, *id);
                 assert_eq!(e.at_ns, t);
@@ -262,7 +276,10 @@ mod tests {
         });
         assert!(decode(&broken).is_err());
         broken.event = None;
-        assert!(matches!(decode(&broken), Err(DecodeError::NoPayload { .. })));
+        assert!(matches!(
+            decode(&broken),
+            Err(DecodeError::NoPayload { .. })
+        ));
     }
 
     #[test]

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 pub use k8s_cri::v1 as api;
 
+pub mod events;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
-pub mod events;
 mod grpc;
 mod service;
 
