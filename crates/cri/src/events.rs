@@ -56,7 +56,8 @@ pub enum Topic {
     TaskExit,
     /// `/tasks/oom`: the kernel killed it for memory (its exit follows).
     TaskOom,
-    /// `/tasks/delete` of the init process: the task is cleaned up (state unchanged for CRI).
+    /// `/tasks/delete` of the init process: the task is cleaned up (containerd's CRI plugin
+    /// marks the container exited right after it).
     TaskDelete,
 }
 

@@ -154,7 +154,8 @@ impl Metrics {
             pleg_relist_missed_events: counter_vec(
                 "kubelet_pleg_relist_missed_events_total",
                 "Pod lifecycle events a PLEG relist found that the runtime events had not \
-                 reported although a stream was open (rkubelet-specific; ~0 when they work).",
+                 reported although a stream was open, not counting events that came before \
+                 the runtime's CRI view showed them (rkubelet-specific; ~0 when they work).",
                 &["event"],
             ),
             running_pods: IntGauge::new(

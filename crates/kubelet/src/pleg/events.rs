@@ -82,7 +82,7 @@ pub struct Hint {
     pub expect: Expect,
 }
 
-/// What a containerd topic leads PLEG to expect.
+/// What a containerd topic leads PLEG to expect (None: nothing to read for it).
 pub fn expect_of_topic(t: Topic) -> Option<Expect> {
     match t {
         Topic::ContainerCreate => Some(Expect::Present),
@@ -90,8 +90,9 @@ pub fn expect_of_topic(t: Topic) -> Option<Expect> {
         Topic::TaskExit => Some(Expect::Exited),
         Topic::ContainerDelete => Some(Expect::Absent),
         Topic::TaskOom => Some(Expect::Nothing),
-        // The task is cleaned up after its exit: CRI shows nothing new.
-        Topic::TaskDelete => None,
+        // containerd's CRI plugin deletes an exited task before it marks the container exited:
+        // this comes just before CRI shows the exit.
+        Topic::TaskDelete => Some(Expect::Exited),
     }
 }
 
@@ -365,7 +366,7 @@ mod tests {
             (Topic::TaskExit, Some(Expect::Exited)),
             (Topic::ContainerDelete, Some(Expect::Absent)),
             (Topic::TaskOom, Some(Expect::Nothing)),
-            (Topic::TaskDelete, None),
+            (Topic::TaskDelete, Some(Expect::Exited)),
         ] {
             assert_eq!(expect_of_topic(t), want, "{t:?}");
         }

@@ -23,7 +23,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::container::cache::{self, CacheWriter, RuntimeCache};
 use crate::health::Health;
@@ -155,6 +155,9 @@ struct Listed {
     statuses: Vec<(String, Result<PodRuntimeStatus, String>)>,
 }
 
+/// How long an event the runtime's CRI view did not show yet is remembered (see `Pleg::late`).
+const LATE_KEPT: Duration = Duration::from_secs(60);
+
 /// How many pod status reads PLEG runs at once (relist and refreshes each).
 const READ_PARALLELISM: usize = 16;
 
@@ -180,6 +183,10 @@ pub struct Pleg {
     last_relist: Option<Instant>,
     /// When the relist that `last` came from started.
     base_at: Option<Instant>,
+    /// Containers and sandboxes whose event came before the runtime's CRI view showed it (a
+    /// sandbox is listed only once RunPodSandbox returns), with when: the relist reports them,
+    /// and that is the runtime's lag, not an event the stream missed.
+    late: HashMap<String, Instant>,
     /// Runtime events (none: relist only).
     hints: Option<mpsc::Receiver<events::Hint>>,
     live: Option<events::Live>,
@@ -209,6 +216,7 @@ impl Pleg {
                 owners: HashMap::new(),
                 last_relist: None,
                 base_at: None,
+                late: HashMap::new(),
                 hints: None,
                 live: None,
             },
@@ -238,7 +246,7 @@ impl Pleg {
         // Reads for runtime events; the hints that came for a pod while one was under way wait
         // here (the newest per pod), as a read that started before an event may not show it.
         let mut hinted: FuturesUnordered<HintFuture> = FuturesUnordered::new();
-        let mut hint_reading: HashSet<String> = HashSet::new();
+        let mut hint_reading: HashMap<String, Arc<tokio::sync::Notify>> = HashMap::new();
         let mut hint_again: HashMap<String, events::Hint> = HashMap::new();
         let mut hints = self.hints.take();
         loop {
@@ -291,25 +299,39 @@ impl Pleg {
                     };
                     let uid = hint.uid.clone().or_else(|| self.owners.get(&hint.id).cloned());
                     match uid {
-                        Some(u) if hint_reading.contains(&u) => {
-                            hint_again.insert(u, hint);
-                        }
-                        Some(u) => {
-                            hint_reading.insert(u.clone());
-                            hinted.push(Box::pin(targeted::read(self.runtime.clone(), hint, Some(u))));
-                        }
-                        None => hinted.push(Box::pin(targeted::read(self.runtime.clone(), hint, None))),
+                        Some(u) => match hint_reading.get(&u) {
+                            // The read under way looks again now, and once more when done.
+                            Some(wake) => {
+                                wake.notify_one();
+                                hint_again.insert(u, hint);
+                            }
+                            None => {
+                                let wake = Arc::new(tokio::sync::Notify::new());
+                                hint_reading.insert(u.clone(), wake.clone());
+                                hinted.push(Box::pin(targeted::read(self.runtime.clone(), hint, Some(u), wake)));
+                            }
+                        },
+                        None => hinted.push(Box::pin(targeted::read(
+                            self.runtime.clone(),
+                            hint,
+                            None,
+                            Default::default(),
+                        ))),
                     }
                 }
                 Some(read) = hinted.next(), if !hinted.is_empty() => {
+                    if !read.met {
+                        self.late.insert(read.id.clone(), Instant::now());
+                    }
                     let Some(uid) = read.uid.clone() else { continue };
                     hint_reading.remove(&uid);
                     if !self.apply_hint_read(read).await {
                         return;
                     }
                     if let Some(h) = hint_again.remove(&uid) {
-                        hint_reading.insert(uid.clone());
-                        hinted.push(Box::pin(targeted::read(self.runtime.clone(), h, Some(uid))));
+                        let wake = Arc::new(tokio::sync::Notify::new());
+                        hint_reading.insert(uid.clone(), wake.clone());
+                        hinted.push(Box::pin(targeted::read(self.runtime.clone(), h, Some(uid), wake)));
                     }
                 }
                 Some((uid, at, res)) = reads.next(), if !reads.is_empty() => {
@@ -451,9 +473,11 @@ impl Pleg {
         }
         self.last_at
             .retain(|uid, t| *t >= r.started || self.last.contains_key(uid));
+        self.late.retain(|_, t| t.elapsed() < LATE_KEPT);
         if covered {
             let m = crate::metrics::get();
-            for e in &events {
+            for e in events.iter().filter(|e| self.late.remove(&e.id).is_none()) {
+                info!(uid = %e.uid, kind = ?e.kind, id = %e.id, "relist found what the runtime events missed");
                 m.pleg_relist_missed_events
                     .with_label_values(&[kind_label(e.kind)])
                     .inc();

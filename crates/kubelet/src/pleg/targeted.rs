@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use rkubelet_cri::api;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::events::{Expect, Hint};
@@ -14,8 +15,17 @@ use crate::runtime::manager::RuntimeSnapshotEntry;
 use crate::runtime::{ContainerState, PodRuntimeStatus, RuntimeManager};
 use crate::types::labels::POD_UID;
 
-/// Waits between reads whose result does not show the event yet (about 0.8 s in all).
-const RETRY_DELAYS_MS: [u64; 6] = [5, 20, 50, 100, 200, 400];
+/// Waits between reads whose result does not show the event yet (just under 1 s in all). A
+/// newer event for the pod cuts the wait short (`wake`): containerd's CRI plugin marks a
+/// container exited only after deleting its task, which `/tasks/delete` announces.
+const RETRY_DELAYS_MS: [u64; 9] = [2, 5, 10, 20, 40, 80, 150, 250, 400];
+
+async fn wait(ms: u64, wake: &Notify) {
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+        _ = wake.notified() => {}
+    }
+}
 
 /// Whether `status` shows what the event about `id` said.
 pub fn expectation_met(expect: Expect, id: &str, status: &PodRuntimeStatus) -> bool {
@@ -91,6 +101,8 @@ async fn resolve(runtime: &RuntimeManager, id: &str) -> Option<String> {
 /// One event's read: the pod (None when the ID belongs to no pod the runtime knows), when the
 /// last read started, and what it found.
 pub struct HintRead {
+    /// The container or sandbox the event was about.
+    pub id: String,
     pub uid: Option<String>,
     pub at: Instant,
     pub status: Result<PodRuntimeStatus, String>,
@@ -99,9 +111,16 @@ pub struct HintRead {
 }
 
 /// Reads the pod of `hint` (`uid` when PLEG knows it), again while the read trails the event.
-pub async fn read(runtime: RuntimeManager, hint: Hint, uid: Option<String>) -> HintRead {
+pub async fn read(
+    runtime: RuntimeManager,
+    hint: Hint,
+    uid: Option<String>,
+    wake: std::sync::Arc<Notify>,
+) -> HintRead {
     let mut delays = RETRY_DELAYS_MS.iter();
+    let id = hint.id.clone();
     let no_pod = || HintRead {
+        id: id.clone(),
         uid: None,
         at: Instant::now(),
         status: Err("no pod".into()),
@@ -110,14 +129,19 @@ pub async fn read(runtime: RuntimeManager, hint: Hint, uid: Option<String>) -> H
     let uid = match uid.or(hint.uid.clone()) {
         Some(u) => u,
         // Gone before PLEG ever saw it: nothing was reported, nothing to take back.
-        None if hint.expect == Expect::Absent => return no_pod(),
+        None if hint.expect == Expect::Absent => {
+            return HintRead {
+                met: true,
+                ..no_pod()
+            }
+        }
         // New to PLEG: the runtime's CRI view may not have it yet either.
         None => loop {
             if let Some(u) = resolve(&runtime, &hint.id).await {
                 break u;
             }
             match delays.next() {
-                Some(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
+                Some(ms) => wait(*ms, &wake).await,
                 None => return no_pod(),
             }
         },
@@ -130,9 +154,10 @@ pub async fn read(runtime: RuntimeManager, hint: Hint, uid: Option<String>) -> H
             Err(_) => true,
         };
         match delays.next() {
-            Some(ms) if !met => tokio::time::sleep(Duration::from_millis(*ms)).await,
+            Some(ms) if !met => wait(*ms, &wake).await,
             _ => {
                 return HintRead {
+                    id: hint.id,
                     uid: Some(uid),
                     at,
                     status,
