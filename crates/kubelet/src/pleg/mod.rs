@@ -183,9 +183,10 @@ pub struct Pleg {
     last_relist: Option<Instant>,
     /// When the relist that `last` came from started.
     base_at: Option<Instant>,
-    /// Containers and sandboxes whose event came before the runtime's CRI view showed it (a
-    /// sandbox is listed only once RunPodSandbox returns), with when: the relist reports them,
-    /// and that is the runtime's lag, not an event the stream missed.
+    /// Containers and sandboxes with an event no read has shown yet (under way, or it came
+    /// before the runtime's CRI view showed it: a sandbox is listed only once RunPodSandbox
+    /// returns), with when: a relist that reports them found an event in flight or the
+    /// runtime's lag, not an event the stream missed.
     late: HashMap<String, Instant>,
     /// Runtime events (none: relist only).
     hints: Option<mpsc::Receiver<events::Hint>>,
@@ -297,6 +298,9 @@ impl Pleg {
                         hints = None;
                         continue;
                     };
+                    // Pending until a read shows it: a relist finding it meanwhile found an
+                    // event in flight, not a missed one.
+                    self.late.insert(hint.id.clone(), Instant::now());
                     let uid = hint.uid.clone().or_else(|| self.owners.get(&hint.id).cloned());
                     match uid {
                         Some(u) => match hint_reading.get(&u) {
@@ -320,8 +324,8 @@ impl Pleg {
                     }
                 }
                 Some(read) = hinted.next(), if !hinted.is_empty() => {
-                    if !read.met {
-                        self.late.insert(read.id.clone(), Instant::now());
+                    if read.met {
+                        self.late.remove(&read.id);
                     }
                     let Some(uid) = read.uid.clone() else { continue };
                     hint_reading.remove(&uid);
