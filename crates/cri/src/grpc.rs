@@ -11,6 +11,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use crate::api;
 use crate::api::image_service_client::ImageServiceClient;
 use crate::api::runtime_service_client::RuntimeServiceClient;
+use crate::events::containerd::services::events::v1::events_client::EventsClient;
+use crate::events::{Envelope, EventStream, SubscribeRequest};
 use crate::service::{for_each_call, Reply, Runtime};
 
 /// A CRI runtime over gRPC. Cheap to clone (tonic clients are handles onto one connection).
@@ -18,6 +20,9 @@ use crate::service::{for_each_call, Reply, Runtime};
 pub struct GrpcRuntime {
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
+    /// containerd's events service, on the same connection (a runtime without it answers
+    /// Unimplemented).
+    events: EventsClient<Channel>,
 }
 
 impl GrpcRuntime {
@@ -35,7 +40,9 @@ impl GrpcRuntime {
         GrpcRuntime {
             runtime: RuntimeServiceClient::new(channel.clone())
                 .max_decoding_message_size(16 * 1024 * 1024),
-            image: ImageServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024),
+            image: ImageServiceClient::new(channel.clone())
+                .max_decoding_message_size(16 * 1024 * 1024),
+            events: EventsClient::new(channel),
         }
     }
 }
@@ -71,6 +78,28 @@ macro_rules! grpc_impl {
                     Box::pin(async move { client.$name(req).await.map(|r| r.into_inner()) })
                 }
             )*
+
+            fn get_container_events(
+                &self,
+                req: api::GetEventsRequest,
+            ) -> Reply<EventStream<api::ContainerEventResponse>> {
+                let mut client = self.runtime.clone();
+                Box::pin(async move {
+                    let s = client.get_container_events(req).await?.into_inner();
+                    Ok(Box::pin(s) as EventStream<_>)
+                })
+            }
+
+            fn subscribe_containerd_events(
+                &self,
+                req: SubscribeRequest,
+            ) -> Reply<EventStream<Envelope>> {
+                let mut client = self.events.clone();
+                Box::pin(async move {
+                    let s = client.subscribe(req).await?.into_inner();
+                    Ok(Box::pin(s) as EventStream<_>)
+                })
+            }
         }
     };
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 pub use k8s_cri::v1 as api;
 
+pub mod events;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 mod grpc;
@@ -263,6 +264,34 @@ impl CriClient {
     rpc!(image_status, ImageStatusRequest, ImageStatusResponse);
     rpc!(remove_image, RemoveImageRequest, RemoveImageResponse);
     rpc!(image_fs_info, ImageFsInfoRequest, ImageFsInfoResponse);
+
+    /// Opens CRI `GetContainerEvents`. Not bounded by the request timeout: a gRPC runtime
+    /// answers with its first event, which may be long in coming; Unimplemented comes at once.
+    pub async fn get_container_events(
+        &self,
+    ) -> Result<events::EventStream<api::ContainerEventResponse>, CriError> {
+        self.call(
+            "get_container_events",
+            Duration::MAX,
+            self.backend.get_container_events(api::GetEventsRequest {}),
+        )
+        .await
+    }
+
+    /// Opens containerd's event subscription with `filters` (see [`events::cri_filters`]); not
+    /// bounded by the request timeout either.
+    pub async fn subscribe_containerd_events(
+        &self,
+        filters: Vec<String>,
+    ) -> Result<events::EventStream<events::Envelope>, CriError> {
+        self.call(
+            "subscribe_containerd_events",
+            Duration::MAX,
+            self.backend
+                .subscribe_containerd_events(events::SubscribeRequest { filters }),
+        )
+        .await
+    }
 
     /// StopContainer: the runtime waits up to `timeout` seconds of grace, so the call deadline is the
     /// request timeout plus that grace, as upstream.

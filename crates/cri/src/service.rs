@@ -7,6 +7,12 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::api;
+use crate::events::{Envelope, EventStream, SubscribeRequest};
+
+fn unimplemented<T: Send + 'static>(what: &str) -> Reply<T> {
+    let status = tonic::Status::unimplemented(format!("{what} is not served by this runtime"));
+    Box::pin(async move { Err(status) })
+}
 
 /// A backend's answer: owned, `'static`, so the handle can bound it with a timeout.
 pub type Reply<T> = Pin<Box<dyn Future<Output = Result<T, tonic::Status>> + Send + 'static>>;
@@ -20,6 +26,23 @@ macro_rules! runtime_trait {
                 #[allow(missing_docs)]
                 fn $name(&self, req: api::$req) -> Reply<api::$resp>;
             )*
+
+            /// CRI `GetContainerEvents`; the reply resolves once the runtime answered (for a
+            /// gRPC server, with its first event). Unimplemented unless a backend has it.
+            fn get_container_events(
+                &self,
+                _req: api::GetEventsRequest,
+            ) -> Reply<EventStream<api::ContainerEventResponse>> {
+                unimplemented("GetContainerEvents")
+            }
+
+            /// containerd's `Events/Subscribe` on the runtime's socket; like the above.
+            fn subscribe_containerd_events(
+                &self,
+                _req: SubscribeRequest,
+            ) -> Reply<EventStream<Envelope>> {
+                unimplemented("containerd Events/Subscribe")
+            }
         }
     };
 }

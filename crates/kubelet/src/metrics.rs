@@ -33,6 +33,15 @@ pub struct Metrics {
     pub pod_worker_duration: HistogramVec,
     pub pleg_relist_duration: Histogram,
     pub pleg_relist_interval: Histogram,
+    /// Upstream's evented PLEG metrics, for either event stream (CRI or containerd's).
+    pub evented_pleg_conn: IntCounter,
+    pub evented_pleg_conn_err: IntCounter,
+    pub evented_pleg_conn_latency: Histogram,
+    /// Beyond upstream: runtime events received, by stream and topic.
+    pub pleg_runtime_events: IntCounterVec,
+    /// Beyond upstream: PLEG events a relist found that the runtime events had not reported
+    /// while a stream was open (~0 when the fast path works).
+    pub pleg_relist_missed_events: IntCounterVec,
     pub running_pods: IntGauge,
     pub running_containers: IntGaugeVec,
     pub runtime_operations: IntCounterVec,
@@ -119,6 +128,35 @@ impl Metrics {
                 "kubelet_pleg_relist_interval_seconds",
                 "Interval in seconds between relisting in PLEG.",
                 prometheus::DEFAULT_BUCKETS.to_vec(),
+            ),
+            evented_pleg_conn: IntCounter::new(
+                "kubelet_evented_pleg_connection_success_count",
+                "The number of times a streaming client was obtained to receive CRI Events.",
+            )
+            .expect("valid counter"),
+            evented_pleg_conn_err: IntCounter::new(
+                "kubelet_evented_pleg_connection_error_count",
+                "The number of errors encountered during the establishment of streaming \
+                 connection with the CRI runtime.",
+            )
+            .expect("valid counter"),
+            evented_pleg_conn_latency: histogram(
+                "kubelet_evented_pleg_connection_latency_seconds",
+                "The latency of streaming connection with the CRI runtime, measured in seconds.",
+                prometheus::DEFAULT_BUCKETS.to_vec(),
+            ),
+            pleg_runtime_events: counter_vec(
+                "kubelet_pleg_runtime_events_total",
+                "Runtime events PLEG received, by stream (cri: GetContainerEvents, containerd: \
+                 containerd's events service) and topic (rkubelet-specific).",
+                &["source", "topic"],
+            ),
+            pleg_relist_missed_events: counter_vec(
+                "kubelet_pleg_relist_missed_events_total",
+                "Pod lifecycle events a PLEG relist found that the runtime events had not \
+                 reported although a stream was open, not counting events that came before \
+                 the runtime's CRI view showed them (rkubelet-specific; ~0 when they work).",
+                &["event"],
             ),
             running_pods: IntGauge::new(
                 "kubelet_running_pods",
@@ -216,6 +254,11 @@ impl Metrics {
             Box::new(m.pod_worker_duration.clone()),
             Box::new(m.pleg_relist_duration.clone()),
             Box::new(m.pleg_relist_interval.clone()),
+            Box::new(m.evented_pleg_conn.clone()),
+            Box::new(m.evented_pleg_conn_err.clone()),
+            Box::new(m.evented_pleg_conn_latency.clone()),
+            Box::new(m.pleg_runtime_events.clone()),
+            Box::new(m.pleg_relist_missed_events.clone()),
             Box::new(m.running_pods.clone()),
             Box::new(m.running_containers.clone()),
             Box::new(m.runtime_operations.clone()),

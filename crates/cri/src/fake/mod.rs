@@ -26,7 +26,8 @@ pub struct Call {
     /// Pod name for sandbox calls, container name for container calls, the command for
     /// exec_sync (space-joined), the image for image calls, empty otherwise.
     pub key: String,
-    /// Extra detail: the grace (seconds) of stop_container, the pod UID of sandbox calls.
+    /// Extra detail: the grace (seconds) of stop_container, the pod UID of sandbox calls and of
+    /// listings filtered to one pod.
     pub detail: String,
     /// When the call was made, on tokio's (possibly paused) clock.
     pub at: tokio::time::Instant,
@@ -75,6 +76,7 @@ struct State {
     delays: HashMap<(&'static str, String), Duration>,
     /// Container names whose instances exit with this code right after they start.
     exit_on_start: HashMap<String, i32>,
+    events: events::Events,
 }
 
 struct Inner {
@@ -143,15 +145,18 @@ impl FakeRuntime {
     pub fn kill_container(&self, name: &str, code: i32) -> usize {
         let now = (self.inner.clock)();
         let mut st = self.lock();
-        let mut n = 0;
-        for c in st.containers.values_mut() {
+        let mut killed = Vec::new();
+        for (id, c) in st.containers.iter_mut() {
             if container_name(&c.config) == name && c.state == api::ContainerState::ContainerRunning
             {
                 exit(c, code, now);
-                n += 1;
+                killed.push(id.clone());
             }
         }
-        n
+        for id in &killed {
+            st.emit(crate::events::Topic::TaskExit, id, now);
+        }
+        killed.len()
     }
 
     /// Every call so far, oldest first.
@@ -302,6 +307,7 @@ fn container_key(st: &State, id: &str) -> String {
         .unwrap_or_default()
 }
 
+mod events;
 mod service;
 #[cfg(test)]
 mod tests;

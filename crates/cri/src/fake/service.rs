@@ -2,6 +2,7 @@
 //! scripted fault or acts on the in-memory state with the CRI's semantics.
 
 use super::*;
+use crate::events::{Envelope, EventStream, SubscribeRequest, Topic};
 use crate::service::Runtime;
 
 impl Runtime for FakeRuntime {
@@ -91,6 +92,8 @@ impl Runtime for FakeRuntime {
                         ip,
                     },
                 );
+                st.emit(Topic::ContainerCreate, &id, now);
+                st.emit(Topic::TaskStart, &id, now);
                 Ok(api::RunPodSandboxResponse { pod_sandbox_id: id })
             },
         )
@@ -105,13 +108,21 @@ impl Runtime for FakeRuntime {
         let id2 = id.clone();
         let uid = sandbox_uid(&self.lock(), &id);
         self.call("stop_pod_sandbox", key, uid, move |st, now| {
-            if let Some(s) = st.sandboxes.get_mut(&id2) {
-                s.ready = false;
-            }
-            for c in st.containers.values_mut() {
+            let mut exited = Vec::new();
+            for (cid, c) in st.containers.iter_mut() {
                 if c.sandbox_id == id2 && c.state == api::ContainerState::ContainerRunning {
                     exit(c, 137, now);
+                    exited.push(cid.clone());
                 }
+            }
+            if let Some(s) = st.sandboxes.get_mut(&id2) {
+                if s.ready {
+                    exited.push(id2.clone());
+                }
+                s.ready = false;
+            }
+            for cid in exited {
+                st.emit(Topic::TaskExit, &cid, now);
             }
             Ok(Default::default())
         })
@@ -128,9 +139,21 @@ impl Runtime for FakeRuntime {
             "remove_pod_sandbox",
             |st| sandbox_key(st, &id),
             uid,
-            move |st, _| {
+            move |st, now| {
+                let gone: Vec<String> = st
+                    .containers
+                    .iter()
+                    .filter(|(_, c)| c.sandbox_id == id2)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in &gone {
+                    st.emit(Topic::ContainerDelete, id, now);
+                    st.containers.remove(id);
+                }
+                if st.sandboxes.contains_key(&id2) {
+                    st.emit(Topic::ContainerDelete, &id2, now);
+                }
                 st.sandboxes.remove(&id2);
-                st.containers.retain(|_, c| c.sandbox_id != id2);
                 Ok(Default::default())
             },
         )
@@ -198,10 +221,16 @@ impl Runtime for FakeRuntime {
         req: api::ListPodSandboxRequest,
     ) -> Reply<api::ListPodSandboxResponse> {
         let filter = req.filter.unwrap_or_default();
+        // The pod UID a listing is filtered to ("" for a whole listing, a relist's).
+        let uid = filter
+            .label_selector
+            .get("io.kubernetes.pod.uid")
+            .cloned()
+            .unwrap_or_default();
         self.call(
             "list_pod_sandbox",
             |_| String::new(),
-            String::new(),
+            uid,
             move |st, _| {
                 let items = st
                     .sandboxes
@@ -277,6 +306,7 @@ impl Runtime for FakeRuntime {
                         image_ref,
                     },
                 );
+                st.emit(Topic::ContainerCreate, &id, now);
                 Ok(api::CreateContainerResponse { container_id: id })
             },
         )
@@ -311,6 +341,10 @@ impl Runtime for FakeRuntime {
                 if let Some(code) = exit_code {
                     exit(c, code, now);
                 }
+                st.emit(Topic::TaskStart, &id2, now);
+                if exit_code.is_some() {
+                    st.emit(Topic::TaskExit, &id2, now);
+                }
                 Ok(Default::default())
             },
         )
@@ -324,10 +358,15 @@ impl Runtime for FakeRuntime {
             |st| container_key(st, &id),
             req.timeout.to_string(),
             move |st, now| {
-                if let Some(c) = st.containers.get_mut(&id2) {
-                    if c.state == api::ContainerState::ContainerRunning {
+                let stopped = match st.containers.get_mut(&id2) {
+                    Some(c) if c.state == api::ContainerState::ContainerRunning => {
                         exit(c, 137, now);
+                        true
                     }
+                    _ => false,
+                };
+                if stopped {
+                    st.emit(Topic::TaskExit, &id2, now);
                 }
                 Ok(Default::default())
             },
@@ -344,7 +383,10 @@ impl Runtime for FakeRuntime {
             "remove_container",
             |st| container_key(st, &id),
             String::new(),
-            move |st, _| {
+            move |st, now| {
+                if st.containers.contains_key(&id2) {
+                    st.emit(Topic::ContainerDelete, &id2, now);
+                }
                 st.containers.remove(&id2);
                 Ok(Default::default())
             },
@@ -356,10 +398,16 @@ impl Runtime for FakeRuntime {
         req: api::ListContainersRequest,
     ) -> Reply<api::ListContainersResponse> {
         let filter = req.filter.unwrap_or_default();
+        // The pod UID a listing is filtered to ("" for a whole listing, a relist's).
+        let uid = filter
+            .label_selector
+            .get("io.kubernetes.pod.uid")
+            .cloned()
+            .unwrap_or_default();
         self.call(
             "list_containers",
             |_| String::new(),
-            String::new(),
+            uid,
             move |st, _| {
                 let containers = st
                     .containers
@@ -603,5 +651,16 @@ impl Runtime for FakeRuntime {
             String::new(),
             |_, _| Ok(Default::default()),
         )
+    }
+
+    fn get_container_events(
+        &self,
+        _: api::GetEventsRequest,
+    ) -> Reply<EventStream<api::ContainerEventResponse>> {
+        self.cri_events()
+    }
+
+    fn subscribe_containerd_events(&self, _: SubscribeRequest) -> Reply<EventStream<Envelope>> {
+        self.containerd_events()
     }
 }

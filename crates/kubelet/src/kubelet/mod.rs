@@ -5,6 +5,8 @@ mod reclaim;
 pub mod sync_loop;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_pleg;
 mod wiring;
 
 use std::sync::Arc;

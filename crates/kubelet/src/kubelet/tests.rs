@@ -22,8 +22,8 @@ use super::{run_with, Deps};
 
 const SOURCE: &str = "test";
 
-struct Harness {
-    fake: FakeRuntime,
+pub(super) struct Harness {
+    pub(super) fake: FakeRuntime,
     /// The in-memory cgroup manager pod cgroups are made with.
     cgroups: Arc<cgroups::fake::FakeManager>,
     pods: mpsc::Sender<Vec<Pod>>,
@@ -34,13 +34,13 @@ struct Harness {
 
 impl Harness {
     /// A kubelet on a fresh fake runtime that has the busybox image, before any pods exist.
-    async fn start() -> Harness {
+    pub(super) async fn start() -> Harness {
         let fake = FakeRuntime::new(Arc::new(crate::clock::now_unix_nanos));
         fake.add_image("busybox");
         Self::start_on(fake).await
     }
 
-    async fn start_on(fake: FakeRuntime) -> Harness {
+    pub(super) async fn start_on(fake: FakeRuntime) -> Harness {
         Self::start_with(fake, |_| {}).await
     }
 
@@ -97,12 +97,17 @@ impl Harness {
     }
 
     /// The source now wants exactly these pods.
-    async fn want(&self, pods: Vec<Pod>) {
+    pub(super) async fn want(&self, pods: Vec<Pod>) {
         self.pods.send(pods).await.expect("kubelet is running");
     }
 
     /// Waits (kubelet time) until `f` holds; panics naming `what` after `within`.
-    async fn until(&self, what: &str, within: Duration, f: impl Fn(&FakeRuntime) -> bool) {
+    pub(super) async fn until(
+        &self,
+        what: &str,
+        within: Duration,
+        f: impl Fn(&FakeRuntime) -> bool,
+    ) {
         let start = Instant::now();
         while !f(&self.fake) {
             assert!(
@@ -114,7 +119,7 @@ impl Harness {
         }
     }
 
-    fn calls(&self, op: &str, key: &str) -> Vec<Call> {
+    pub(super) fn calls(&self, op: &str, key: &str) -> Vec<Call> {
         self.fake
             .calls()
             .into_iter()
@@ -122,19 +127,19 @@ impl Harness {
             .collect()
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.cancel.cancel();
         self.kubelet.await.expect("kubelet task");
     }
 }
 
-fn running(f: &FakeRuntime, pod: &str, container: &str) -> bool {
+pub(super) fn running(f: &FakeRuntime, pod: &str, container: &str) -> bool {
     f.containers().iter().any(|c| {
         c.pod == pod && c.name == container && c.state == api::ContainerState::ContainerRunning
     })
 }
 
-fn pod(name: &str, uid: &str, containers: Vec<Container>) -> Pod {
+pub(super) fn pod(name: &str, uid: &str, containers: Vec<Container>) -> Pod {
     let mut p = Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -152,7 +157,7 @@ fn pod(name: &str, uid: &str, containers: Vec<Container>) -> Pod {
     p
 }
 
-fn container(name: &str) -> Container {
+pub(super) fn container(name: &str) -> Container {
     Container {
         name: name.into(),
         image: Some("busybox".into()),

@@ -28,6 +28,7 @@ use crate::node::machine::{self, MachineInfo};
 use crate::node::status::{self as node_status, NodeSettings};
 use crate::node::NodeAgent;
 use crate::object_cache::{ChangeDetectionStrategy, ObjectCache};
+use crate::pleg::events::EventWatcher;
 use crate::pleg::{Pleg, PodLifecycleEvent, RuntimePods};
 use crate::pod_workers::PodWorkers;
 use crate::prober::{ProbeHandle, ProbeManager, ProbeResults, ResultUpdate};
@@ -508,6 +509,14 @@ impl Wiring<'_> {
         let (pleg_tx, pleg) = mpsc::channel(1024);
         let (pleg_task, runtime_pods, cache) =
             Pleg::new(runtime.clone(), pleg_tx, self.health.clone());
+        // The runtime's event stream, PLEG's fast path (relist only when it has none).
+        let (watcher, hints, live) =
+            EventWatcher::new(self.cri.clone(), crate::pleg::events::enabled_by_env());
+        self.spawn(
+            tracing::info_span!("pleg_events"),
+            watcher.run(self.cancel.child_token()),
+        );
+        let pleg_task = pleg_task.with_events(hints, live);
         self.spawn(
             tracing::info_span!("pleg"),
             pleg_task.run(self.cancel.child_token()),

@@ -3,6 +3,15 @@
 //! cache (it is the cache's only writer) and wakes their workers. Between relists it reads single
 //! pods that workers ask for ([`RuntimeCache::fresh`]). It also publishes the set of pods the
 //! runtime has, for housekeeping and the server.
+//!
+//! With a runtime event stream ([`events`], upstream's evented PLEG) each event makes PLEG re-read
+//! the pod at once ([`targeted`]) and report its changes as a relist would, well before the next
+//! relist; the relist then finds nothing new for it. What a relist still finds while a stream
+//! was open the whole interval is counted as missed by the events
+//! (`kubelet_pleg_relist_missed_events_total`, rkubelet-specific; ~0 when the events work).
+
+pub mod events;
+pub mod targeted;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -14,7 +23,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::container::cache::{self, CacheWriter, RuntimeCache};
 use crate::health::Health;
@@ -134,25 +143,27 @@ pub fn diff(
 /// A relist's result, handed back to the PLEG task which alone writes the cache.
 struct Relisted {
     started: Instant,
-    /// The snapshot to diff the next relist against (the old one when listing failed).
-    snapshot: HashMap<String, RuntimeSnapshotEntry>,
     outcome: Result<Listed, RuntimeError>,
 }
 
 struct Listed {
     refs: Vec<RuntimePodRef>,
-    events: Vec<PodLifecycleEvent>,
-    /// Fresh statuses of the pods that changed (upstream `updateCache` for pods with events).
+    /// What the runtime had for every pod.
+    current: HashMap<String, RuntimeSnapshotEntry>,
+    /// Fresh statuses of the pods that changed since the snapshot the relist started from
+    /// (upstream `updateCache` for pods with events).
     statuses: Vec<(String, Result<PodRuntimeStatus, String>)>,
-    /// Pods the runtime no longer has.
-    gone: Vec<String>,
 }
+
+/// How long an event the runtime's CRI view did not show yet is remembered (see `Pleg::late`).
+const LATE_KEPT: Duration = Duration::from_secs(60);
 
 /// How many pod status reads PLEG runs at once (relist and refreshes each).
 const READ_PARALLELISM: usize = 16;
 
 type Read =
     Pin<Box<dyn Future<Output = (String, Instant, Result<PodRuntimeStatus, String>)> + Send>>;
+type HintFuture = Pin<Box<dyn Future<Output = targeted::HintRead> + Send>>;
 
 /// The PLEG task's state. It owns the runtime cache's only writer.
 pub struct Pleg {
@@ -162,8 +173,24 @@ pub struct Pleg {
     cache: CacheWriter,
     refresh: mpsc::UnboundedReceiver<String>,
     health: Arc<Health>,
+    /// What PLEG has reported (sent events for) per pod: the last relist's view, or a newer read
+    /// made for a runtime event.
     last: HashMap<String, RuntimeSnapshotEntry>,
+    /// When each pod's `last` was read (a relist's start for the pods it set).
+    last_at: HashMap<String, Instant>,
+    /// Container and sandbox IDs to their pod, from `last`.
+    owners: HashMap<String, String>,
     last_relist: Option<Instant>,
+    /// When the relist that `last` came from started.
+    base_at: Option<Instant>,
+    /// Containers and sandboxes with an event no read has shown yet (under way, or it came
+    /// before the runtime's CRI view showed it: a sandbox is listed only once RunPodSandbox
+    /// returns), with when: a relist that reports them found an event in flight or the
+    /// runtime's lag, not an event the stream missed.
+    late: HashMap<String, Instant>,
+    /// Runtime events (none: relist only).
+    hints: Option<mpsc::Receiver<events::Hint>>,
+    live: Option<events::Live>,
 }
 
 impl Pleg {
@@ -186,15 +213,28 @@ impl Pleg {
                 refresh,
                 health,
                 last: HashMap::new(),
+                last_at: HashMap::new(),
+                owners: HashMap::new(),
                 last_relist: None,
+                base_at: None,
+                late: HashMap::new(),
+                hints: None,
+                live: None,
             },
             rx,
             reader,
         )
     }
 
-    /// Relists every [`RELIST_PERIOD`] and serves refresh requests in between, each read
-    /// concurrently, so a slow runtime answer for one pod holds up no other.
+    /// Acts on the runtime events `hints` carries (see [`events::EventWatcher`]).
+    pub fn with_events(mut self, hints: mpsc::Receiver<events::Hint>, live: events::Live) -> Self {
+        self.hints = Some(hints);
+        self.live = Some(live);
+        self
+    }
+
+    /// Relists every [`RELIST_PERIOD`] and serves refresh requests and runtime events in
+    /// between, each read concurrently, so a slow runtime answer for one pod holds up no other.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(RELIST_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -204,6 +244,12 @@ impl Pleg {
         // the request cannot show what the asker just did, so it is read once more afterwards.
         let mut reading: HashSet<String> = HashSet::new();
         let mut again: HashSet<String> = HashSet::new();
+        // Reads for runtime events; the hints that came for a pod while one was under way wait
+        // here (the newest per pod), as a read that started before an event may not show it.
+        let mut hinted: FuturesUnordered<HintFuture> = FuturesUnordered::new();
+        let mut hint_reading: HashMap<String, Arc<tokio::sync::Notify>> = HashMap::new();
+        let mut hint_again: HashMap<String, events::Hint> = HashMap::new();
+        let mut hints = self.hints.take();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -216,7 +262,7 @@ impl Pleg {
                     }
                     relist = Some(Box::pin(relist_once(
                         self.runtime.clone(),
-                        std::mem::take(&mut self.last),
+                        self.last.clone(),
                         started,
                     )));
                 }
@@ -239,6 +285,57 @@ impl Pleg {
                         reads.push(self.read(uid));
                     } else {
                         again.insert(uid);
+                    }
+                }
+                hint = async {
+                    match hints.as_mut() {
+                        Some(h) => h.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    // The watcher ended (the runtime has no events): relists only from now on.
+                    let Some(hint) = hint else {
+                        hints = None;
+                        continue;
+                    };
+                    // Pending until a read shows it: a relist finding it meanwhile found an
+                    // event in flight, not a missed one.
+                    self.late.insert(hint.id.clone(), Instant::now());
+                    let uid = hint.uid.clone().or_else(|| self.owners.get(&hint.id).cloned());
+                    match uid {
+                        Some(u) => match hint_reading.get(&u) {
+                            // The read under way looks again now, and once more when done.
+                            Some(wake) => {
+                                wake.notify_one();
+                                hint_again.insert(u, hint);
+                            }
+                            None => {
+                                let wake = Arc::new(tokio::sync::Notify::new());
+                                hint_reading.insert(u.clone(), wake.clone());
+                                hinted.push(Box::pin(targeted::read(self.runtime.clone(), hint, Some(u), wake)));
+                            }
+                        },
+                        None => hinted.push(Box::pin(targeted::read(
+                            self.runtime.clone(),
+                            hint,
+                            None,
+                            Default::default(),
+                        ))),
+                    }
+                }
+                Some(read) = hinted.next(), if !hinted.is_empty() => {
+                    if read.met {
+                        self.late.remove(&read.id);
+                    }
+                    let Some(uid) = read.uid.clone() else { continue };
+                    hint_reading.remove(&uid);
+                    if !self.apply_hint_read(read).await {
+                        return;
+                    }
+                    if let Some(h) = hint_again.remove(&uid) {
+                        let wake = Arc::new(tokio::sync::Notify::new());
+                        hint_reading.insert(uid.clone(), wake.clone());
+                        hinted.push(Box::pin(targeted::read(self.runtime.clone(), h, Some(uid), wake)));
                     }
                 }
                 Some((uid, at, res)) = reads.next(), if !reads.is_empty() => {
@@ -270,10 +367,80 @@ impl Pleg {
         })
     }
 
+    /// Sends PLEG events to the SyncLoop; false when it is gone.
+    async fn send(&self, events: Vec<PodLifecycleEvent>) -> bool {
+        for e in events {
+            debug!(uid = %e.uid, kind = ?e.kind, id = %e.id, "pod lifecycle event");
+            if self.events.send(e).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Records `entry` as `uid`'s reported state read at `at` and returns what changed.
+    fn report(
+        &mut self,
+        uid: &str,
+        entry: Option<RuntimeSnapshotEntry>,
+        at: Instant,
+    ) -> Vec<PodLifecycleEvent> {
+        let events = diff(uid, self.last.get(uid), entry.as_ref());
+        if let Some(old) = self.last.get(uid) {
+            for id in old
+                .sandboxes
+                .iter()
+                .map(|s| &s.0)
+                .chain(old.containers.iter().map(|c| &c.0))
+            {
+                self.owners.remove(id);
+            }
+        }
+        match entry {
+            Some(e) => {
+                for id in e
+                    .sandboxes
+                    .iter()
+                    .map(|s| &s.0)
+                    .chain(e.containers.iter().map(|c| &c.0))
+                {
+                    self.owners.insert(id.clone(), uid.to_string());
+                }
+                self.last.insert(uid.to_string(), e);
+            }
+            None => {
+                self.last.remove(uid);
+            }
+        }
+        self.last_at.insert(uid.to_string(), at);
+        events
+    }
+
+    /// A read made for a runtime event: into the cache, and its changes reported at once.
+    async fn apply_hint_read(&mut self, read: targeted::HintRead) -> bool {
+        let Some(uid) = read.uid else { return true };
+        if !read.met {
+            debug!(uid = %uid, "a read after a runtime event does not show it yet; the relist will");
+        }
+        let status = match read.status {
+            Ok(st) => st,
+            Err(e) => {
+                self.cache.set(&uid, Err(e), read.at);
+                return true;
+            }
+        };
+        let entry = targeted::snapshot_of(&status);
+        self.cache.set(&uid, Ok(status), read.at);
+        if self.last_at.get(&uid).is_some_and(|t| *t > read.at) {
+            return true;
+        }
+        let events = self.report(&uid, entry, read.at);
+        self.send(events).await
+    }
+
     /// Writes a relist into the cache and the listing, then wakes the changed pods' workers;
     /// false when the SyncLoop is gone.
     async fn apply(&mut self, r: Relisted) -> bool {
-        self.last = r.snapshot;
         let listed = match r.outcome {
             Ok(l) => l,
             Err(e) => {
@@ -285,30 +452,93 @@ impl Pleg {
         crate::metrics::get()
             .pleg_relist_duration
             .observe(r.started.elapsed().as_secs_f64());
+        // Did an event stream cover the whole interval since the relist this one is diffed
+        // against? Then what this relist finds, the events missed.
+        let base = self.base_at.replace(r.started);
+        let covered = match (&self.live, base) {
+            (Some(live), Some(base)) => live.borrow().is_some_and(|open| open <= base),
+            _ => false,
+        };
+        let mut uids: HashSet<String> = listed.current.keys().cloned().collect();
+        uids.extend(self.last.keys().cloned());
+        let mut events = Vec::new();
+        let mut gone = Vec::new();
+        let mut current = listed.current;
+        for uid in uids {
+            // A read for an event started after this relist: it is the newer view.
+            if self.last_at.get(&uid).is_some_and(|t| *t >= r.started) {
+                continue;
+            }
+            let entry = current.remove(&uid);
+            if entry.is_none() && self.last.contains_key(&uid) {
+                gone.push(uid.clone());
+            }
+            events.extend(self.report(&uid, entry, r.started));
+        }
+        self.last_at
+            .retain(|uid, t| *t >= r.started || self.last.contains_key(uid));
+        self.late.retain(|_, t| t.elapsed() < LATE_KEPT);
+        if covered {
+            let m = crate::metrics::get();
+            for e in events.iter().filter(|e| self.late.remove(&e.id).is_none()) {
+                info!(uid = %e.uid, kind = ?e.kind, id = %e.id, "relist found what the runtime events missed");
+                m.pleg_relist_missed_events
+                    .with_label_values(&[kind_label(e.kind)])
+                    .inc();
+            }
+        }
         // Changed pods first, then the timestamp: every pod not set here is unchanged as of it.
+        let read: HashSet<String> = listed.statuses.iter().map(|(u, _)| u.clone()).collect();
         for (uid, status) in listed.statuses {
             self.cache.set(&uid, status, r.started);
         }
-        for uid in &listed.gone {
+        for uid in &gone {
             self.cache.delete(uid);
+        }
+        // A pod whose change an event reported while this relist ran, and that changed again
+        // since: the relist did not read it (its snapshot was the older one), so read it now
+        // before the timestamp says it is current.
+        let mut unread = Vec::new();
+        for e in &events {
+            if !read.contains(&e.uid) && !gone.contains(&e.uid) && !unread.contains(&e.uid) {
+                unread.push(e.uid.clone());
+            }
+        }
+        for uid in unread {
+            let at = Instant::now();
+            let res = self
+                .runtime
+                .pod_status(&uid)
+                .await
+                .map_err(|e| e.to_string());
+            self.cache.set(&uid, res, at);
         }
         self.cache.update_time(r.started);
         self.pods.send_replace(Arc::new(RuntimePods {
             at: r.started,
             pods: listed.refs,
         }));
-        for e in listed.events {
-            debug!(uid = %e.uid, kind = ?e.kind, id = %e.id, "pod lifecycle event");
-            if self.events.send(e).await.is_err() {
-                return false;
-            }
+        if !self.send(events).await {
+            return false;
         }
         debug!(elapsed = ?r.started.elapsed(), "PLEG relist");
         true
     }
 }
 
-/// One relist (upstream `GenericPLEG.Relist`): list, diff against `last`, read the changed pods.
+/// The metric label of an event kind (upstream's `PodLifeCycleEventType` names).
+fn kind_label(k: EventKind) -> &'static str {
+    match k {
+        EventKind::ContainerStarted => "ContainerStarted",
+        EventKind::ContainerDied => "ContainerDied",
+        EventKind::ContainerRemoved => "ContainerRemoved",
+        EventKind::ContainerChanged => "ContainerChanged",
+        EventKind::SandboxChanged => "SandboxChanged",
+    }
+}
+
+/// One relist (upstream `GenericPLEG.Relist`): list, and read the pods that changed since
+/// `last` (the events themselves are computed on the PLEG task, against what it reported since).
 async fn relist_once(
     runtime: RuntimeManager,
     last: HashMap<String, RuntimeSnapshotEntry>,
@@ -319,7 +549,6 @@ async fn relist_once(
         Err(e) => {
             return Relisted {
                 started,
-                snapshot: last,
                 outcome: Err(e),
             }
         }
@@ -331,23 +560,10 @@ async fn relist_once(
         current.insert(r.uid.clone(), entry);
         refs.push(r);
     }
-    let mut events = Vec::new();
-    for uid in current.keys().chain(last.keys()) {
-        events.extend(diff(uid, last.get(uid), current.get(uid)));
-    }
-    // A uid present in both maps was visited twice; its events are identical, keep one copy.
-    let mut seen = HashSet::new();
-    events.retain(|e| seen.insert((e.uid.clone(), e.id.clone(), e.kind)));
-    let changed: HashSet<&str> = events.iter().map(|e| e.uid.as_str()).collect();
-    let gone: Vec<String> = changed
+    let to_read: Vec<String> = current
         .iter()
-        .filter(|u| !current.contains_key(**u))
-        .map(|u| u.to_string())
-        .collect();
-    let to_read: Vec<String> = changed
-        .into_iter()
-        .filter(|u| current.contains_key(*u))
-        .map(str::to_string)
+        .filter(|(uid, e)| last.get(*uid) != Some(*e))
+        .map(|(uid, _)| uid.clone())
         .collect();
     let statuses = futures::stream::iter(to_read.into_iter().map(|uid| {
         let runtime = runtime.clone();
@@ -361,12 +577,10 @@ async fn relist_once(
     .await;
     Relisted {
         started,
-        snapshot: current,
         outcome: Ok(Listed {
             refs,
-            events,
+            current,
             statuses,
-            gone,
         }),
     }
 }

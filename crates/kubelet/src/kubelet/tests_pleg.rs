@@ -1,0 +1,172 @@
+//! PLEG's runtime-event fast path in the whole in-process kubelet (fake runtime, paused clock):
+//! a container's death reaches its worker through the event, before the next relist, on each
+//! stream (containerd's events, CRI GetContainerEvents); a lost stream reconnects; a runtime with
+//! neither falls back to relisting; lost events are found by the relist and counted as missed.
+//! "Before the next relist" is an order of calls in the fake's log, not a time.
+
+use std::time::Duration;
+
+use rkubelet_cri::fake::FakeRuntime;
+use tokio::time::Instant;
+
+use super::tests::{container, pod, running, Harness};
+
+/// The relists' whole-runtime listings (a pod's own reads are filtered to its UID).
+fn relists(f: &FakeRuntime) -> Vec<Instant> {
+    f.calls()
+        .iter()
+        .filter(|c| c.op == "list_pod_sandbox" && c.detail.is_empty())
+        .map(|c| c.at)
+        .collect()
+}
+
+fn stream_opens(f: &FakeRuntime, op: &str) -> usize {
+    f.calls().iter().filter(|c| c.op == op).count()
+}
+
+/// What happened around one death of `app`.
+struct Death {
+    killed: Instant,
+    restarted: Instant,
+    /// The first relist after the kill (None: none yet when the container started again).
+    next_relist: Option<Instant>,
+}
+
+/// Starts pod `p` with container `app` and waits for it to run and for `ready` to hold.
+async fn running_pod(h: &Harness, ready: impl Fn(&FakeRuntime) -> bool) {
+    h.want(vec![pod("p", "uid-p", vec![container("app")])])
+        .await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "p", "app")
+    })
+    .await;
+    h.until("the event stream", Duration::from_secs(10), ready)
+        .await;
+}
+
+/// Kills `app` right after a relist (the next one is most of a second away) and waits until
+/// its worker started it again (the first restart has no backoff).
+async fn kill_after_a_relist(h: &Harness) -> Death {
+    let starts = h.calls("start_container", "app").len();
+    let n = relists(&h.fake).len();
+    h.until("a relist", Duration::from_secs(5), |f| relists(f).len() > n)
+        .await;
+    let killed = Instant::now();
+    assert_eq!(h.fake.kill_container("app", 1), 1);
+    h.until("app started again", Duration::from_secs(10), |f| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == "start_container" && c.key == "app")
+            .count()
+            > starts
+    })
+    .await;
+    let restarted = h.calls("start_container", "app")[starts].at;
+    Death {
+        killed,
+        restarted,
+        next_relist: relists(&h.fake).into_iter().find(|t| *t > killed),
+    }
+}
+
+fn before_next_relist(d: &Death) -> bool {
+    d.next_relist.is_none_or(|r| d.restarted < r)
+}
+
+#[tokio::test(start_paused = true)]
+async fn containerd_task_exit_reaches_the_worker_before_the_next_relist() {
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    let d = kill_after_a_relist(&h).await;
+    assert!(
+        before_next_relist(&d),
+        "restart at +{:?}, next relist at +{:?}",
+        d.restarted - d.killed,
+        d.next_relist.map(|r| r - d.killed)
+    );
+    // containerd 1.6 answers GetContainerEvents Unimplemented; its events service is used.
+    assert!(stream_opens(&h.fake, "get_container_events") >= 1);
+    assert!(stream_opens(&h.fake, "subscribe_containerd_events") >= 1);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn cri_container_events_are_preferred_when_served() {
+    let fake = FakeRuntime::new(std::sync::Arc::new(crate::clock::now_unix_nanos));
+    fake.add_image("busybox");
+    fake.serve_cri_events(true);
+    let h = Harness::start_on(fake).await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    let d = kill_after_a_relist(&h).await;
+    assert!(before_next_relist(&d), "restart after the next relist");
+    assert_eq!(stream_opens(&h.fake, "subscribe_containerd_events"), 0);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runtime_without_events_is_relisted_only() {
+    let fake = FakeRuntime::new(std::sync::Arc::new(crate::clock::now_unix_nanos));
+    fake.add_image("busybox");
+    fake.serve_containerd_events(false);
+    let h = Harness::start_on(fake).await;
+    running_pod(&h, |f| {
+        f.calls()
+            .iter()
+            .any(|c| c.op == "subscribe_containerd_events")
+    })
+    .await;
+    let d = kill_after_a_relist(&h).await;
+    // The relist found the death: the restart follows it.
+    let relist = d.next_relist.expect("a relist after the kill");
+    assert!(relist <= d.restarted, "restart before any relist");
+    // Both answered Unimplemented once; the watcher gave up instead of retrying for ever.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(stream_opens(&h.fake, "get_container_events"), 1);
+    assert_eq!(stream_opens(&h.fake, "subscribe_containerd_events"), 1);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_stream_reconnects_and_events_flow_again() {
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    let opened = stream_opens(&h.fake, "subscribe_containerd_events");
+    // A runtime restart: every stream ends with an error.
+    h.fake.break_event_streams();
+    assert_eq!(h.fake.event_subscribers(), 0);
+    h.until("a new subscription", Duration::from_secs(10), |f| {
+        f.event_subscribers() > 0
+    })
+    .await;
+    assert!(stream_opens(&h.fake, "subscribe_containerd_events") > opened);
+    let d = kill_after_a_relist(&h).await;
+    assert!(before_next_relist(&d), "restart after the next relist");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_events_are_found_by_the_relist_and_counted_as_missed() {
+    let missed = || {
+        crate::metrics::get()
+            .pleg_relist_missed_events
+            .with_label_values(&["ContainerDied"])
+            .get()
+    };
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    // Let a relist pass with the stream open, so the next interval is covered whole.
+    let n = relists(&h.fake).len();
+    h.until("a relist", Duration::from_secs(5), |f| relists(f).len() > n)
+        .await;
+    let before = missed();
+    h.fake.mute_events(true);
+    let d = kill_after_a_relist(&h).await;
+    let relist = d.next_relist.expect("a relist after the kill");
+    assert!(relist <= d.restarted, "restart before any relist");
+    // Other tests of this process may add to the counter; none takes from it.
+    assert!(
+        missed() > before,
+        "the relist's ContainerDied was not counted as missed"
+    );
+    h.stop().await;
+}
