@@ -42,7 +42,7 @@ async fn upstream_command_line_starts_a_ready_node() {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              podLogsDir: {}\nhealthzPort: {}\nport: {}\nreadOnlyPort: {}\n\
              authentication: {{anonymous: {{enabled: true}}}}\nauthorization: {{mode: AlwaysAllow}}\n\
-             cpuManagerPolicy: static\ncgroupRoot: {}\n",
+             memoryManagerPolicy: Static\ncgroupRoot: {}\n",
             env.logs.display(),
             env.healthz_port,
             env.port,
@@ -94,7 +94,7 @@ async fn upstream_command_line_starts_a_ready_node() {
     assert_eq!(kc["runtimeRequestTimeout"], "15m0s");
     assert_eq!(kc["containerRuntimeEndpoint"], format!("unix://{sock}"));
     assert_eq!(kc["logging"]["verbosity"], 2);
-    assert_eq!(kc["cpuManagerPolicy"], "static", "file field kept");
+    assert_eq!(kc["memoryManagerPolicy"], "Static", "file field kept");
     assert_eq!(kc["evictionHard"]["memory.available"], "100Mi", "default");
 
     // One line per flag upstream deprecates or rkubelet does not implement, naming it.
@@ -105,7 +105,7 @@ async fn upstream_command_line_starts_a_ready_node() {
         "Flag --logtostderr has been deprecated",
         "Flag --runtime-request-timeout has been deprecated, This parameter should be set via the config file",
         // A klog message is quoted as Go's strconv.Quote does.
-        r#""config field \"cpuManagerPolicy\" is not supported by rkubelet yet; ignored""#,
+        r#""config field \"memoryManagerPolicy\" is not supported by rkubelet yet; ignored""#,
     ] {
         assert_eq!(log.matches(want).count(), 1, "{want:?} once in:\n{}", tail(&log, 60));
     }
