@@ -208,7 +208,7 @@ async fn text_is_klogs_format_without_colour_and_v_chooses_what_is_printed() {
     assert!(relists.len() >= 2, "{}", tail(&text, 20));
     for l in &relists {
         assert!(
-            klog::header(l).unwrap().source.starts_with("pleg.rs:"),
+            klog::header(l).unwrap().source.starts_with("pleg/mod.rs:"),
             "{l}"
         );
     }
@@ -261,7 +261,8 @@ async fn json_lines_with_v_levels_and_vmodule_from_file_and_flags() {
         tail(&text, 40)
     );
 
-    // From the flag, -v=0 with --vmodule=pleg=4: only pleg.rs prints beyond V(0).
+    // From the flag, -v=0 with --vmodule=pleg=4: only pleg/mod.rs (a mod.rs goes by its
+    // directory's name) prints beyond V(0).
     let since = SystemTime::now();
     let mut k = Kubelet::start(
         &env,
@@ -285,8 +286,8 @@ async fn json_lines_with_v_levels_and_vmodule_from_file_and_flags() {
     );
     for j in &above {
         assert!(
-            j["caller"].as_str().unwrap().contains("pleg.rs:"),
-            "only pleg.rs is at V(4): {j}"
+            j["caller"].as_str().unwrap().contains("pleg/mod.rs:"),
+            "only pleg/mod.rs is at V(4): {j}"
         );
     }
 }
