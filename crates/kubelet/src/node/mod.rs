@@ -218,11 +218,9 @@ impl NodeAgent {
             st.images = self.images().await;
             let in_use = {
                 let dir = self.pods_dir.clone();
-                tokio::task::spawn_blocking(move || {
-                    crate::volumes::persistent::volumes_in_use(&dir)
-                })
-                .await
-                .unwrap_or_default()
+                tokio::task::spawn_blocking(move || crate::volumes::volumes_in_use(&dir))
+                    .await
+                    .unwrap_or_default()
             };
             st.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
             if let Some(d) = &self.devices {

@@ -227,6 +227,19 @@ impl PodVolumes {
     }
 }
 
+/// Upstream `GetVolumesInUse` for the node status's `volumesInUse`: the unique names of the
+/// device-mountable volumes pods on this node have set up, local PVs
+/// (`kubernetes.io/local-volume/<pv>`) and persistent CSI volumes
+/// (`kubernetes.io/csi/<driver>^<handle>`), sorted as upstream sorts them. The attach/detach
+/// controller reads the list before detaching.
+pub fn volumes_in_use(pods_root: &Path) -> Vec<String> {
+    let mut names: std::collections::BTreeSet<String> = persistent::local_volumes_in_use(pods_root)
+        .into_iter()
+        .collect();
+    names.extend(csi::volumes_in_use(pods_root));
+    names.into_iter().collect()
+}
+
 /// `<pod-dir>/volumes/<plugin>/<name>`, where a plugin that needs a directory sets up its volume.
 pub fn volume_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
     pod_dir.join("volumes").join(plugin).join(name)

@@ -248,12 +248,11 @@ fn map_device(pod_dir: &Path, pv_name: &str, device: &Path) -> Result<PathBuf, V
     res.map(|()| link)
 }
 
-/// Upstream `GetVolumesInUse` for the node status's `volumesInUse`: the unique names
-/// (`kubernetes.io/local-volume/<pv>`, `kubernetes.io/csi/<driver>^<handle>`) of the device-mountable volumes pods on this node have
-/// set up, read from the pods' volume directories (which exist from set up until tear down),
-/// sorted as upstream sorts them. hostPath PVs are neither attachable nor device-mountable, so
-/// upstream leaves them out too. The attach/detach controller reads the list before detaching.
-pub fn volumes_in_use(pods_root: &Path) -> Vec<String> {
+/// The local PVs in upstream's `GetVolumesInUse` (`kubernetes.io/local-volume/<pv>`), read from
+/// the pods' volume directories (which exist from set up until tear down). hostPath PVs are
+/// neither attachable nor device-mountable, so upstream leaves them out too.
+/// [`super::volumes_in_use`] adds the CSI ones.
+pub fn local_volumes_in_use(pods_root: &Path) -> Vec<String> {
     let mut names = std::collections::BTreeSet::new();
     let Ok(pods) = std::fs::read_dir(pods_root) else {
         return Vec::new();
@@ -271,7 +270,6 @@ pub fn volumes_in_use(pods_root: &Path) -> Vec<String> {
             }
         }
     }
-    names.extend(super::csi::volumes_in_use(pods_root));
     names.into_iter().collect()
 }
 
@@ -341,13 +339,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            volumes_in_use(r),
+            local_volumes_in_use(r),
             [
                 "kubernetes.io/local-volume/pv-a",
                 "kubernetes.io/local-volume/pv-b"
             ]
         );
-        assert!(volumes_in_use(&r.join("absent")).is_empty());
+        assert!(local_volumes_in_use(&r.join("absent")).is_empty());
     }
 
     #[test]
