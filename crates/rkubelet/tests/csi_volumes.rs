@@ -161,16 +161,21 @@ fn csi_op_seconds(env: &Env, op: &str) -> (f64, f64) {
     (value("sum"), value("count"))
 }
 
-fn pod_uid(p: &Value) -> String {
-    p["metadata"]["uid"].as_str().unwrap().to_string()
-}
-
-#[tokio::test]
-async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
-    let cp = ControlPlane::up("csiv1");
-    cp.start_controller_manager(&BINDER);
-    let mut env = Env::new(137);
-    let _cleanup = Cleanup(vec![env.root.clone(), env.dir.join("csi-volumes")]);
+/// What every test here starts from: a control plane running kube-controller-manager with
+/// `controllers`, a node joined and registered, the test driver serving with STAGE_UNSTAGE, and
+/// its CSIDriver object (`attachRequired: attach_required`, mode Persistent). Bind the result
+/// as `let (cp, env, _cleanup, driver) = ...`: the driver goes first, then the mounts left
+/// below the root, then the Env, then the control plane.
+fn node_with_driver(
+    tag: &str,
+    index: u32,
+    controllers: &[&str],
+    attach_required: bool,
+) -> (ControlPlane, Env, Cleanup, Driver) {
+    let cp = ControlPlane::up(tag);
+    cp.start_controller_manager(controllers);
+    let mut env = Env::new(index);
+    let cleanup = Cleanup(vec![env.root.clone(), env.dir.join("csi-volumes")]);
     env.join(&cp, &[]);
     wait_until(Duration::from_secs(30), "node registered", || {
         cp.get_json(&["node", &env.node])
@@ -178,8 +183,18 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
     let driver = Driver::start(&env, &format!("csi-{}", env.node), &["--stage"]);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some(&csi_driver_object(false, "Persistent")),
+        Some(&csi_driver_object(attach_required, "Persistent")),
     );
+    (cp, env, cleanup, driver)
+}
+
+fn pod_uid(p: &Value) -> String {
+    p["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
+    let (cp, env, _cleanup, driver) = node_with_driver("csiv1", 137, &BINDER, false);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&csi_pv_and_claim("data", "vol-a")),
@@ -358,22 +373,10 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
 #[tokio::test]
 async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
     use nix::sys::signal::Signal;
-    let cp = ControlPlane::up("csiv2");
-    cp.start_controller_manager(&BINDER);
-    let mut env = Env::new(139);
-    let _cleanup = Cleanup(vec![env.root.clone(), env.dir.join("csi-volumes")]);
-    env.join(&cp, &[]);
-    wait_until(Duration::from_secs(30), "node registered", || {
-        cp.get_json(&["node", &env.node])
-    });
-    let driver = Driver::start(&env, &format!("csi-{}", env.node), &["--stage"]);
+    let (cp, mut env, _cleanup, driver) = node_with_driver("csiv2", 139, &BINDER, false);
     std::fs::create_dir_all(&driver.state).unwrap();
     let fail = driver.state.join(".fail-publish");
     std::fs::write(&fail, "injected publish failure").unwrap();
-    cp.kubectl_stdin(
-        &["apply", "-f", "-"],
-        Some(&csi_driver_object(false, "Persistent")),
-    );
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&csi_pv_and_claim("data", "vol-b")),
@@ -532,23 +535,16 @@ spec:
 /// controller and owned by the pod, staged and published like any claim.
 #[tokio::test]
 async fn inline_and_generic_ephemeral_csi_volumes() {
-    let cp = ControlPlane::up("csiv3");
-    cp.start_controller_manager(&[
-        "--controllers",
-        "persistentvolume-binder,ephemeral-volume",
-        "--pvclaimbinder-sync-period=2s",
-        "--feature-gates=GenericEphemeralVolume=true",
-    ]);
-    let mut env = Env::new(140);
-    let _cleanup = Cleanup(vec![env.root.clone(), env.dir.join("csi-volumes")]);
-    env.join(&cp, &[]);
-    wait_until(Duration::from_secs(30), "node registered", || {
-        cp.get_json(&["node", &env.node])
-    });
-    let driver = Driver::start(&env, &format!("csi-{}", env.node), &["--stage"]);
-    cp.kubectl_stdin(
-        &["apply", "-f", "-"],
-        Some(&csi_driver_object(false, "Persistent")),
+    let (cp, env, _cleanup, driver) = node_with_driver(
+        "csiv3",
+        140,
+        &[
+            "--controllers",
+            "persistentvolume-binder,ephemeral-volume",
+            "--pvclaimbinder-sync-period=2s",
+            "--feature-gates=GenericEphemeralVolume=true",
+        ],
+        false,
     );
     cp.kubectl(&[
         "create",
@@ -663,19 +659,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
 /// attachment's metadata reaches NodeStageVolume and NodePublishVolume as publish context.
 #[tokio::test]
 async fn attach_required_waits_for_the_volume_attachment() {
-    let cp = ControlPlane::up("csiv4");
-    cp.start_controller_manager(&BINDER);
-    let mut env = Env::new(148);
-    let _cleanup = Cleanup(vec![env.root.clone(), env.dir.join("csi-volumes")]);
-    env.join(&cp, &[]);
-    wait_until(Duration::from_secs(30), "node registered", || {
-        cp.get_json(&["node", &env.node])
-    });
-    let driver = Driver::start(&env, &format!("csi-{}", env.node), &["--stage"]);
-    cp.kubectl_stdin(
-        &["apply", "-f", "-"],
-        Some(&csi_driver_object(true, "Persistent")),
-    );
+    let (cp, env, _cleanup, driver) = node_with_driver("csiv4", 148, &BINDER, true);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&csi_pv_and_claim("data", "vol-c")),
