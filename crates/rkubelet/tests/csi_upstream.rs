@@ -68,32 +68,7 @@ async fn test_driver_works_under_the_upstream_kubelet_and_rkubelet_adopts_its_vo
     make_cgroup_root(&env.cgroup_root());
     save_tunables(&env.dir.join("host-tunables"), &_cleanup.tunables);
     let node = env.node.clone();
-    let cfg = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-         staticPodPath: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
-         fileCheckFrequency: 5s\nsyncFrequency: 10s\ncgroupDriver: cgroupfs\n\
-         makeIPTablesUtilChains: false\n\
-         authentication: {{x509: {{clientCAFile: {}}}}}\n\
-         evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}}\n\
-         imageGCHighThresholdPercent: 100\n",
-        env.manifests.display(),
-        env.ro_port,
-        env.healthz_port,
-        env.port,
-        cp.dir.join("pki/ca.crt").display(),
-    );
-    std::fs::write(env.config_path(), cfg).unwrap();
-    let args: Vec<String> = vec![
-        format!("--config={}", env.config_path().display()),
-        "--container-runtime=remote".into(),
-        format!("--container-runtime-endpoint=unix://{}", env.sock.display()),
-        format!("--root-dir={}", env.root.display()),
-        format!("--hostname-override={node}"),
-        format!("--cgroup-root={}", env.cgroup_root()),
-        format!("--kubeconfig={}", cp.node_kubeconfig(&node).display()),
-        "--node-ip=127.0.0.1".into(),
-        "--v=2".into(),
-    ];
+    let args = shared_node_command_line(&env, &cp);
     let mut upstream = Upstream::start(&bin, &args, env.dir.join("upstream.log"));
     wait_until(
         Duration::from_secs(60),

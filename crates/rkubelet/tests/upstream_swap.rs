@@ -215,35 +215,8 @@ async fn swap_from_upstream_keeps_every_container() {
     // tunables from this file.
     save_tunables(&env.dir.join("host-tunables"), &_cleanup.tunables);
 
-    // One config file and one command line for both kubelets: the fields and flags upstream 1.20
-    // knows (podLogsDir and --container-logs-dir are newer, so both use /var/log/pods and
-    // /var/log/containers, upstream's defaults).
-    let cfg = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-         staticPodPath: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
-         fileCheckFrequency: 5s\nsyncFrequency: 10s\ncgroupDriver: cgroupfs\n\
-         makeIPTablesUtilChains: false\n\
-         authentication: {{x509: {{clientCAFile: {}}}}}\n\
-         evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}}\n\
-         imageGCHighThresholdPercent: 100\n",
-        env.manifests.display(),
-        env.ro_port,
-        env.healthz_port,
-        env.port,
-        cp.dir.join("pki/ca.crt").display(),
-    );
-    std::fs::write(env.config_path(), cfg).unwrap();
-    let args: Vec<String> = vec![
-        format!("--config={}", env.config_path().display()),
-        "--container-runtime=remote".into(),
-        format!("--container-runtime-endpoint=unix://{}", env.sock.display()),
-        format!("--root-dir={}", env.root.display()),
-        format!("--hostname-override={node}"),
-        format!("--cgroup-root={}", env.cgroup_root()),
-        format!("--kubeconfig={}", cp.node_kubeconfig(&node).display()),
-        "--node-ip=127.0.0.1".into(),
-        "--v=2".into(),
-    ];
+    // One config file and one command line for both kubelets.
+    let args = shared_node_command_line(&env, &cp);
 
     cp.kubectl(&[
         "create",

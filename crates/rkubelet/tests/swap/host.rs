@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::common::{repo_root, tail, Env};
+use crate::common::{repo_root, tail, ControlPlane, Env};
 
 /// The upstream kubelet binary, built (once, cached) by hack/control-plane.sh.
 pub fn upstream_kubelet() -> PathBuf {
@@ -22,6 +22,40 @@ pub fn upstream_kubelet() -> PathBuf {
         tail(&String::from_utf8_lossy(&out.stderr), 30)
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Writes the Env's config file and returns the command line both kubelets run with, as an
+/// operator swapping binaries keeps them: only the fields and flags upstream 1.20 knows
+/// (podLogsDir and --container-logs-dir are newer, so both use /var/log/pods and
+/// /var/log/containers, upstream's defaults), the Env's ports, root dir and cgroup root, and
+/// the node credentials of `cp`.
+pub fn shared_node_command_line(env: &Env, cp: &ControlPlane) -> Vec<String> {
+    let cfg = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         staticPodPath: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
+         fileCheckFrequency: 5s\nsyncFrequency: 10s\ncgroupDriver: cgroupfs\n\
+         makeIPTablesUtilChains: false\n\
+         authentication: {{x509: {{clientCAFile: {}}}}}\n\
+         evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}}\n\
+         imageGCHighThresholdPercent: 100\n",
+        env.manifests.display(),
+        env.ro_port,
+        env.healthz_port,
+        env.port,
+        cp.dir.join("pki/ca.crt").display(),
+    );
+    std::fs::write(env.config_path(), cfg).expect("writing the kubelet config");
+    vec![
+        format!("--config={}", env.config_path().display()),
+        "--container-runtime=remote".into(),
+        format!("--container-runtime-endpoint=unix://{}", env.sock.display()),
+        format!("--root-dir={}", env.root.display()),
+        format!("--hostname-override={}", env.node),
+        format!("--cgroup-root={}", env.cgroup_root()),
+        format!("--kubeconfig={}", cp.node_kubeconfig(&env.node).display()),
+        "--node-ip=127.0.0.1".into(),
+        "--v=2".into(),
+    ]
 }
 
 /// An upstream kubelet process, killed on drop; its log goes to `log`.
