@@ -14,15 +14,7 @@ const SYNC: &str = "--sync-frequency=5s";
 
 /// Runs `cmd` in the container with this ID through CRI ExecSync: exit code and stdout.
 async fn exec(env: &Env, container_id: &str, cmd: &[&str]) -> (i32, String) {
-    let out = env
-        .cri()
-        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
-            container_id: container_id.trim_start_matches("containerd://").into(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 5,
-        })
-        .await
-        .unwrap();
+    let out = exec_sync(env, container_id, cmd).await;
     (
         out.exit_code,
         String::from_utf8_lossy(&out.stdout).trim_end().to_string(),

@@ -98,42 +98,6 @@ spec:
     )
 }
 
-fn running(cp: &ControlPlane, name: &str) -> Value {
-    wait_until(Duration::from_secs(90), &format!("{name} Running"), || {
-        let p = cp.get_json(&["pod", name])?;
-        (p["status"]["phase"] == "Running").then_some(p)
-    })
-}
-
-fn delete_pod(cp: &ControlPlane, name: &str) {
-    cp.kubectl(&["delete", "pod", name, "--wait=false"]);
-    wait_until(Duration::from_secs(60), &format!("{name} gone"), || {
-        cp.get_json(&["pod", name]).is_none().then_some(())
-    });
-}
-
-async fn exec(env: &Env, pod: &Value, cmd: &[&str]) -> (i32, String) {
-    let id = pod["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("containerd://")
-        .to_string();
-    let out = env
-        .cri()
-        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 5,
-        })
-        .await
-        .unwrap();
-    (
-        out.exit_code,
-        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
-            + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 fn volumes_in_use(cp: &ControlPlane, node: &str) -> Vec<String> {
     cp.get_json(&["node", node])
         .and_then(|n| n["status"]["volumesInUse"].as_array().cloned())
@@ -214,7 +178,7 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
             &format!("echo shared > /data/a; {SLEEPER}"),
         )),
     );
-    let a = running(&cp, "writer");
+    let a = cp.running_pod("writer");
     println!(
         "figure: CSI pod (stage + publish) create to Running: {:?}",
         t0.elapsed()
@@ -320,16 +284,16 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
         &["apply", "-f", "-"],
         Some(&claim_pod("reader", &env.node, "data", SLEEPER)),
     );
-    let b = running(&cp, "reader");
+    let b = cp.running_pod("reader");
     assert_eq!(
-        exec(&env, &b, &["cat", "/data/a"]).await,
+        exec_first(&env, &b, &["cat", "/data/a"]).await,
         (0, "shared".into())
     );
     assert_eq!(driver.calls("NodeStageVolume").len(), 1);
     assert_eq!(driver.calls("NodePublishVolume").len(), 2);
 
     // Deleting one pod unpublishes its target only; the other keeps the staged volume.
-    delete_pod(&cp, "writer");
+    cp.delete_pod("writer");
     wait_until(Duration::from_secs(30), "writer unpublished", || {
         (!vol_dir(&a).exists()).then_some(())
     });
@@ -337,12 +301,12 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
     assert!(driver.calls("NodeUnstageVolume").is_empty());
     assert!(is_mount_point(&staging));
     assert_eq!(
-        exec(&env, &b, &["cat", "/data/a"]).await,
+        exec_first(&env, &b, &["cat", "/data/a"]).await,
         (0, "shared".into())
     );
 
     // The last pod going unpublishes and unstages; nothing stays mounted or on disk.
-    delete_pod(&cp, "reader");
+    cp.delete_pod("reader");
     wait_until(Duration::from_secs(30), "unstaged", || {
         (!global.exists()).then_some(())
     });
@@ -416,7 +380,7 @@ async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
     env.stop_kubelet(Signal::SIGKILL);
     std::fs::remove_file(&fail).unwrap();
     env.join(&cp, &[]);
-    let p = running(&cp, "app");
+    let p = cp.running_pod("app");
     assert!(is_mount_point(&vol_dir.join("mount")));
     assert_eq!(
         driver.calls("NodeStageVolume").len(),
@@ -443,7 +407,7 @@ async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
         },
     );
     std::thread::sleep(Duration::from_secs(5));
-    let p = running(&cp, "app");
+    let p = cp.running_pod("app");
     assert_eq!(
         p["status"]["containerStatuses"][0]["containerID"],
         container
@@ -453,7 +417,7 @@ async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
     assert_eq!(driver.calls("NodePublishVolume").len(), publishes);
     assert!(driver.calls("NodeUnpublishVolume").is_empty());
 
-    delete_pod(&cp, "app");
+    cp.delete_pod("app");
     wait_until(Duration::from_secs(30), "unstaged", || {
         (!global.exists()).then_some(())
     });
@@ -572,7 +536,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
         &["apply", "-f", "-"],
         Some(&csi_driver_object(false, "Persistent, Ephemeral")),
     );
-    let p = running(&cp, "eph");
+    let p = cp.running_pod("eph");
     let uid = pod_uid(&p);
     let handle = format!("csi-{}", sha256(&format!("{uid}scratch")));
     let publishes = driver.calls("NodePublishVolume");
@@ -615,7 +579,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
         volumes_in_use(&cp, &env.node)
     );
 
-    delete_pod(&cp, "eph");
+    cp.delete_pod("eph");
     wait_until(Duration::from_secs(30), "inline volume unpublished", || {
         (!dir.exists()).then_some(())
     });
@@ -632,7 +596,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
         &["apply", "-f", "-"],
         Some(&generic_ephemeral_pod("geph", &env.node)),
     );
-    let p = running(&cp, "geph");
+    let p = cp.running_pod("geph");
     let pvc = cp
         .get_json(&["pvc", "geph-work"])
         .expect("the controller's claim");
@@ -645,7 +609,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
         std::fs::read_to_string(driver.state.join("vol-e/g")).unwrap(),
         "g\n"
     );
-    delete_pod(&cp, "geph");
+    cp.delete_pod("geph");
     wait_until(
         Duration::from_secs(30),
         "generic ephemeral volume unstaged",
@@ -719,7 +683,7 @@ spec:
         "-p",
         r#"{"status":{"attached":true,"attachmentMetadata":{"devicePath":"/dev/fake0"}}}"#,
     ]);
-    running(&cp, "att");
+    cp.running_pod("att");
     let stage = driver.calls("NodeStageVolume");
     assert_eq!(stage.len(), 1);
     assert!(
@@ -733,7 +697,7 @@ spec:
         "{}",
         publish[0]
     );
-    delete_pod(&cp, "att");
+    cp.delete_pod("att");
     wait_until(Duration::from_secs(30), "unstaged", || {
         (driver.calls("NodeUnstageVolume").len() == 1).then_some(())
     });

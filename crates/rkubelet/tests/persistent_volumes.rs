@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
 
 /// The binder resyncs claims this often (upstream default 15 s), so a PV created after its
 /// claim binds within seconds.
@@ -127,42 +126,6 @@ spec:
     )
 }
 
-fn running(cp: &ControlPlane, name: &str) -> Value {
-    wait_until(Duration::from_secs(90), &format!("{name} Running"), || {
-        let p = cp.get_json(&["pod", name])?;
-        (p["status"]["phase"] == "Running").then_some(p)
-    })
-}
-
-async fn exec(env: &Env, pod: &Value, cmd: &[&str]) -> (i32, String) {
-    let id = pod["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("containerd://")
-        .to_string();
-    let out = env
-        .cri()
-        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 5,
-        })
-        .await
-        .unwrap();
-    (
-        out.exit_code,
-        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
-            + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
-fn delete_pod(cp: &ControlPlane, name: &str) {
-    cp.kubectl(&["delete", "pod", name, "--wait=false"]);
-    wait_until(Duration::from_secs(60), &format!("{name} gone"), || {
-        cp.get_json(&["pod", name]).is_none().then_some(())
-    });
-}
-
 #[tokio::test]
 async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -214,7 +177,7 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
         &["create", "-f", "-"],
         Some(&local_pv("local-165", &data, &hostname, "Filesystem")),
     );
-    let pod = running(&cp, "writer");
+    let pod = cp.running_pod("writer");
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
     let vol = env
         .root
@@ -235,7 +198,7 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
     let meta = std::fs::metadata(&data).unwrap();
     assert_eq!(meta.gid(), 2345);
     assert_eq!(meta.permissions().mode() & 0o2070, 0o2070);
-    let (code, out) = exec(&env, &pod, &["id", "-G"]).await;
+    let (code, out) = exec_first(&env, &pod, &["id", "-G"]).await;
     assert_eq!(code, 0);
     assert!(out.split_whitespace().any(|g| g == "2345"), "{out}");
 
@@ -269,7 +232,7 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
     assert_eq!(p["metadata"]["uid"], uid.as_str());
 
     // The writer goes; nothing stays mounted; a reader on the same claim, read-only, sees it.
-    delete_pod(&cp, "writer");
+    cp.delete_pod("writer");
     wait_until(Duration::from_secs(30), "writer's mounts gone", || {
         mounts_below(&env.root).is_empty().then_some(())
     });
@@ -281,19 +244,19 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
         true,
     );
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&reader));
-    let pod = running(&cp, "reader");
+    let pod = cp.running_pod("reader");
     assert_eq!(
-        exec(&env, &pod, &["cat", "/data/f"]).await,
+        exec_first(&env, &pod, &["cat", "/data/f"]).await,
         (0, "hello".into())
     );
     assert_eq!(
-        exec(&env, &pod, &["cat", "/sub/g"]).await,
+        exec_first(&env, &pod, &["cat", "/sub/g"]).await,
         (0, "below".into())
     );
-    let (code, out) = exec(&env, &pod, &["touch", "/data/new"]).await;
+    let (code, out) = exec_first(&env, &pod, &["touch", "/data/new"]).await;
     assert_ne!(code, 0, "readOnly claim was writable: {out}");
     assert!(out.contains("Read-only file system"), "{out}");
-    delete_pod(&cp, "reader");
+    cp.delete_pod("reader");
     wait_until(Duration::from_secs(30), "reader's mounts gone", || {
         mounts_below(&env.root).is_empty().then_some(())
     });
@@ -340,7 +303,7 @@ async fn pv_node_affinity_fails_the_mount_and_host_path_pvs_work() {
         "MountVolume.NodeAffinity check failed for volume \"data\" : no matching NodeSelectorTerms"
     );
     assert!(mounts_below(&env.root).is_empty());
-    delete_pod(&cp, "elsewhere");
+    cp.delete_pod("elsewhere");
 
     // A hostPath PV has no node affinity to check and is used in place, after its type check.
     let hp = data.join("hp");
@@ -368,7 +331,7 @@ spec:
     )
     .replace("claimName: data", "claimName: hp");
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod));
-    running(&cp, "hostpath");
+    cp.running_pod("hostpath");
     wait_until(
         Duration::from_secs(10),
         "written through the hostPath PV",
@@ -381,7 +344,7 @@ spec:
         below.iter().all(|m| m.contains("/volume-subpaths/")),
         "{below:?}"
     );
-    delete_pod(&cp, "hostpath");
+    cp.delete_pod("hostpath");
     wait_until(
         Duration::from_secs(30),
         "hostpath pod's mounts gone",
@@ -446,7 +409,7 @@ spec:
         node = env.node
     );
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod));
-    let p = running(&cp, "blk");
+    let p = cp.running_pod("blk");
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let link = env
         .root
@@ -455,7 +418,7 @@ spec:
         .join("volumeDevices/kubernetes.io~local-volume/block-168");
     assert_eq!(std::fs::read_link(&link).unwrap(), PathBuf::from(&dev));
     // The container sees a block device, and what it wrote reaches the backing file.
-    let (code, out) = exec(&env, &p, &["sh", "-c", "test -b /dev/xvda && echo block"]).await;
+    let (code, out) = exec_first(&env, &p, &["sh", "-c", "test -b /dev/xvda && echo block"]).await;
     assert_eq!((code, out.as_str()), (0, "block"));
     wait_until(Duration::from_secs(10), "data on the loop device", || {
         let _ = Command::new("blockdev")
@@ -464,7 +427,7 @@ spec:
         let bytes = std::fs::read(&backing).ok()?;
         bytes.starts_with(b"blockdata").then_some(())
     });
-    delete_pod(&cp, "blk");
+    cp.delete_pod("blk");
     wait_until(Duration::from_secs(30), "device link removed", || {
         (!link.exists()).then_some(())
     });

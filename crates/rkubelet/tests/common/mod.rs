@@ -551,21 +551,38 @@ pub async fn exec_in(env: &Env, pod: &Pod, container: &str, cmd: &[&str]) -> (i3
     let id = container_status(pod, container)
         .container_id
         .clone()
-        .unwrap()
-        .trim_start_matches("containerd://")
-        .to_string();
-    let out = env
-        .cri()
+        .unwrap();
+    let out = exec_sync(env, &id, cmd).await;
+    (
+        out.exit_code,
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// CRI ExecSync of `cmd` (5 s timeout) in the container with this ID, with or without the
+/// status's `containerd://` prefix.
+pub async fn exec_sync(env: &Env, container_id: &str, cmd: &[&str]) -> api::ExecSyncResponse {
+    env.cri()
         .exec_sync(api::ExecSyncRequest {
-            container_id: id,
+            container_id: container_id.trim_start_matches("containerd://").to_string(),
             cmd: cmd.iter().map(|s| s.to_string()).collect(),
             timeout: 5,
         })
         .await
+        .unwrap()
+}
+
+/// `cmd` in the first container of an API pod (`pod` as `kubectl get -o json` gives it): the
+/// exit code, and stdout with its trailing whitespace trimmed followed by stderr.
+pub async fn exec_first(env: &Env, pod: &serde_json::Value, cmd: &[&str]) -> (i32, String) {
+    let id = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
         .unwrap();
+    let out = exec_sync(env, id, cmd).await;
     (
         out.exit_code,
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+            + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
@@ -743,6 +760,23 @@ impl ControlPlane {
             p["status"]["containerStatuses"][0]["state"]["running"]
                 .is_object()
                 .then_some(())
+        });
+    }
+
+    /// Pod `name` (default namespace) once its phase is Running, within 90 s.
+    pub fn running_pod(&self, name: &str) -> serde_json::Value {
+        wait_until(Duration::from_secs(90), &format!("{name} Running"), || {
+            let p = self.get_json(&["pod", name])?;
+            (p["status"]["phase"] == "Running").then_some(p)
+        })
+    }
+
+    /// Deletes pod `name` (default namespace) with its grace period and waits, up to 60 s, until
+    /// the object is gone.
+    pub fn delete_pod(&self, name: &str) {
+        self.kubectl(&["delete", "pod", name, "--wait=false"]);
+        wait_until(Duration::from_secs(60), &format!("{name} gone"), || {
+            self.get_json(&["pod", name]).is_none().then_some(())
         });
     }
 
