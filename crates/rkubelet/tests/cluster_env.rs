@@ -205,18 +205,6 @@ async fn conditions_that_turn_true_lose_their_reason_and_message() {
     }
 }
 
-/// Mount points below `dir`, from the host's mount table.
-fn mounts_below(dir: &std::path::Path) -> Vec<String> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let prefix = format!("{}/", dir.display());
-    table
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
-}
-
 /// A Succeeded `restartPolicy: Never` pod gives its volumes back at once (its memory-backed
 /// emptyDir above all) while the object stays, and its log can still be read.
 #[tokio::test]

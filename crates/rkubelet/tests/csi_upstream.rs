@@ -173,7 +173,7 @@ async fn test_driver_works_under_the_upstream_kubelet_and_rkubelet_adopts_its_vo
         tail(&env.kubelet_log(), 30)
     );
     wait_until(Duration::from_secs(60), "no CSI mount left", || {
-        let left: Vec<String> = mounts_under(&env.root)
+        let left: Vec<String> = mounts_below(&env.root)
             .into_iter()
             .filter(|m| m.contains("/pods/") || m.contains("/plugins/kubernetes.io/csi/"))
             .collect();

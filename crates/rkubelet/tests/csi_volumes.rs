@@ -15,25 +15,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use harness::{csi_driver_object, csi_pv_and_claim, Driver, DRIVER};
 use serde_json::Value;
-
-const BINDER: [&str; 3] = [
-    "--controllers",
-    "persistentvolume-binder",
-    "--pvclaimbinder-sync-period=2s",
-];
-
-/// Mount points below `dir`, from the host's mount table.
-fn mounts_below(dir: &Path) -> Vec<String> {
-    let d = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&d))
-        .map(String::from)
-        .collect()
-}
-
 fn is_mount_point(p: &Path) -> bool {
     let want = p.display().to_string();
     std::fs::read_to_string("/proc/self/mountinfo")
@@ -158,7 +139,7 @@ fn pod_uid(p: &Value) -> String {
 
 #[tokio::test]
 async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
-    let (cp, env, _cleanup, driver) = node_with_driver("csiv1", 137, &BINDER, false);
+    let (cp, env, _cleanup, driver) = node_with_driver("csiv1", 137, &PV_BINDER, false);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&csi_pv_and_claim("data", "vol-a")),
@@ -337,7 +318,7 @@ async fn csi_pv_is_staged_once_published_per_pod_and_unstaged_after_the_last() {
 #[tokio::test]
 async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
     use nix::sys::signal::Signal;
-    let (cp, mut env, _cleanup, driver) = node_with_driver("csiv2", 139, &BINDER, false);
+    let (cp, mut env, _cleanup, driver) = node_with_driver("csiv2", 139, &PV_BINDER, false);
     std::fs::create_dir_all(&driver.state).unwrap();
     let fail = driver.state.join(".fail-publish");
     std::fs::write(&fail, "injected publish failure").unwrap();
@@ -623,7 +604,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
 /// attachment's metadata reaches NodeStageVolume and NodePublishVolume as publish context.
 #[tokio::test]
 async fn attach_required_waits_for_the_volume_attachment() {
-    let (cp, env, _cleanup, driver) = node_with_driver("csiv4", 148, &BINDER, true);
+    let (cp, env, _cleanup, driver) = node_with_driver("csiv4", 148, &PV_BINDER, true);
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
         Some(&csi_pv_and_claim("data", "vol-c")),

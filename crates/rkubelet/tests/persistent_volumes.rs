@@ -11,26 +11,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// The binder resyncs claims this often (upstream default 15 s), so a PV created after its
-/// claim binds within seconds.
-const BINDER: [&str; 3] = [
-    "--controllers",
-    "persistentvolume-binder",
-    "--pvclaimbinder-sync-period=2s",
-];
-
-/// Mount points below `dir`, from the host's mount table.
-fn mounts_below(dir: &Path) -> Vec<String> {
-    let d = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&d))
-        .map(String::from)
-        .collect()
-}
-
 /// Unmounts whatever a failed test left below the kubelet's root before the Env removes its
 /// directory (which would otherwise walk into a bind-mounted PV), and detaches loop devices.
 struct Cleanup {
@@ -130,7 +110,7 @@ spec:
 async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let cp = ControlPlane::up("pv1");
-    cp.start_controller_manager(&BINDER);
+    cp.start_controller_manager(&PV_BINDER);
     let mut env = Env::new(165);
     let data = PathBuf::from(format!("/tmp/rkt-pvdata-165-{}", std::process::id()));
     std::fs::create_dir_all(data.join("sub")).unwrap();
@@ -271,7 +251,7 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
 #[tokio::test]
 async fn pv_node_affinity_fails_the_mount_and_host_path_pvs_work() {
     let cp = ControlPlane::up("pv2");
-    cp.start_controller_manager(&BINDER);
+    cp.start_controller_manager(&PV_BINDER);
     let mut env = Env::new(169);
     let data = PathBuf::from(format!("/tmp/rkt-pvdata-169-{}", std::process::id()));
     std::fs::create_dir_all(&data).unwrap();
@@ -356,7 +336,7 @@ spec:
 #[tokio::test]
 async fn block_pvc_on_a_loop_device() {
     let cp = ControlPlane::up("pv3");
-    cp.start_controller_manager(&BINDER);
+    cp.start_controller_manager(&PV_BINDER);
     let mut env = Env::new(168);
     let dir = PathBuf::from(format!("/tmp/rkt-pvblock-168-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

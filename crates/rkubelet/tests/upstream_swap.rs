@@ -250,7 +250,7 @@ async fn swap_from_upstream_keeps_every_container() {
     );
     let runtime_before = runtime_containers(&env).await;
     let sandboxes_before = sandbox_ids(&env).await;
-    let mounts_before = mounts_under(&env.root);
+    let mounts_before = mounts_below(&env.root);
     let cgroups_before = pod_cgroups(&env);
     assert!(
         mounts_before
@@ -315,7 +315,7 @@ async fn swap_from_upstream_keeps_every_container() {
         "containers, their IDs and restart counts"
     );
     assert_eq!(sandboxes_after, sandboxes_before, "sandboxes kept");
-    assert_eq!(mounts_under(&env.root), mounts_before, "volume mounts kept");
+    assert_eq!(mounts_below(&env.root), mounts_before, "volume mounts kept");
     assert_eq!(pod_cgroups(&env), cgroups_before, "pod cgroups adopted");
     for (name, old) in &before {
         let new = &after[name];

@@ -586,6 +586,26 @@ pub async fn exec_first(env: &Env, pod: &serde_json::Value, cmd: &[&str]) -> (i3
     )
 }
 
+/// Mount points strictly below `dir`, from the host's mount table.
+pub fn mounts_below(dir: &Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// kube-controller-manager flags for the PV binder alone, resyncing claims every 2 s (upstream
+/// default 15 s), so a PV created after its claim binds within seconds.
+pub const PV_BINDER: [&str; 3] = [
+    "--controllers",
+    "persistentvolume-binder",
+    "--pvclaimbinder-sync-period=2s",
+];
+
 pub fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap()
 }

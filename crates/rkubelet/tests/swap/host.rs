@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::common::{repo_root, tail, ControlPlane, Env};
+use crate::common::{mounts_below, repo_root, tail, ControlPlane, Env};
 
 /// The upstream kubelet binary, built (once, cached) by hack/control-plane.sh.
 pub fn upstream_kubelet() -> PathBuf {
@@ -176,7 +176,7 @@ impl Drop for HostCleanup {
                 }
             }
         }
-        let mut mounts = mounts_under(&self.dir);
+        let mut mounts = mounts_below(&self.dir);
         mounts.reverse();
         for m in mounts {
             let _ = Command::new("umount").arg("-l").arg(&m).status();
@@ -185,17 +185,6 @@ impl Drop for HostCleanup {
     }
 }
 
-/// Mount points under `dir`, in mount order (from /proc/self/mountinfo).
-pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| p.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
-}
 /// The pod cgroups under the Env's cgroup root (cpu hierarchy), as `pod<uid>` directory names.
 pub fn pod_cgroups(env: &Env) -> Vec<String> {
     let top = Path::new("/sys/fs/cgroup/cpu").join(env.cgroup_root().trim_start_matches('/'));
