@@ -32,7 +32,7 @@ enum Cmd {
     /// The static pods the kubelet currently runs.
     Desired(Vec<Arc<Pod>>),
     /// Every mirror pod bound to this node, as the API source last saw them.
-    Observed(Vec<Pod>),
+    Observed(Vec<Arc<Pod>>),
 }
 
 /// Cheap cloneable handle to the mirror pod manager.
@@ -45,7 +45,7 @@ impl MirrorHandle {
     pub fn desired(&self, static_pods: Vec<Arc<Pod>>) {
         let _ = self.tx.send(Cmd::Desired(static_pods));
     }
-    pub fn observed(&self, mirror_pods: Vec<Pod>) {
+    pub fn observed(&self, mirror_pods: Vec<Arc<Pod>>) {
         let _ = self.tx.send(Cmd::Observed(mirror_pods));
     }
 }
@@ -59,7 +59,7 @@ pub struct MirrorManager {
     /// Static pods by full name.
     desired: BTreeMap<String, Arc<Pod>>,
     /// Mirror pods by full name.
-    observed: BTreeMap<String, Pod>,
+    observed: BTreeMap<String, Arc<Pod>>,
     /// Until the API source has listed once, "no mirror" may just mean "not heard yet".
     observed_once: bool,
     /// Likewise for the static pods: the SyncLoop publishes them once every source is ready.
@@ -218,7 +218,7 @@ impl MirrorManager {
             .collect();
         for full in names {
             let desired = self.desired.get(&full).cloned();
-            let observed = self.observed.get(&full);
+            let observed = self.observed.get(&full).map(|m| m.as_ref());
             if let (Some(s), Some(m)) = (&desired, observed) {
                 if plan(Some(s), Some(m)).is_none() {
                     self.status
@@ -263,7 +263,7 @@ impl MirrorManager {
                 self.status
                     .set_mirror(podutil::uid(static_pod), created.metadata.uid.clone())
                     .await;
-                self.observed.insert(full, created);
+                self.observed.insert(full, Arc::new(created));
             }
             // The watch has not shown it yet; the next snapshot will.
             Err(kube::Error::Api(s)) if s.is_already_exists() => {

@@ -748,6 +748,7 @@ impl Wiring<'_> {
                         _ = stop.cancelled() => return,
                         p = rx.recv() => match p { Some(p) => p, None => return },
                     };
+                    let pods = pods.into_iter().map(Arc::new).collect();
                     let snap = source::SourceSnapshot { source: name, pods };
                     if tx.send(snap).await.is_err() {
                         return;

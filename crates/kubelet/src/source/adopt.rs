@@ -16,6 +16,7 @@
 //! carries no spec); its containers are still replaced if their image changed.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use rkubelet_cri::api;
@@ -64,7 +65,7 @@ impl StaticUidAdoption {
     }
 
     /// Applies the adoption to one snapshot of the file source.
-    pub fn apply(&mut self, pods: &mut [Pod]) {
+    pub fn apply(&mut self, pods: &mut [Arc<Pod>]) {
         let mut claimed = BTreeMap::new();
         for pod in pods.iter_mut() {
             let own = podutil::uid(pod).to_string();
@@ -78,6 +79,8 @@ impl StaticUidAdoption {
             };
             let Some(adopted) = adopted else { continue };
             claimed.insert(own, adopted.clone());
+            // The file source's own copy keeps rkubelet's UID: a copy for the adopted one.
+            let pod = Arc::make_mut(pod);
             pod.metadata.uid = Some(adopted.clone());
             pod.metadata
                 .annotations
@@ -139,17 +142,17 @@ mod tests {
         );
     }
 
-    fn static_pod(name: &str, uid: &str) -> Pod {
+    fn static_pod(name: &str, uid: &str) -> Arc<Pod> {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
         p.metadata.namespace = Some("kube-system".into());
         p.metadata.uid = Some(uid.into());
         p.metadata.annotations =
             Some([(CONFIG_HASH_ANNOTATION.to_string(), uid.to_string())].into());
-        p
+        Arc::new(p)
     }
 
-    fn uids(pods: &[Pod]) -> Vec<(String, String)> {
+    fn uids(pods: &[Arc<Pod>]) -> Vec<(String, String)> {
         pods.iter()
             .map(|p| {
                 let hash = p.metadata.annotations.as_ref().unwrap()[CONFIG_HASH_ANNOTATION].clone();
@@ -166,7 +169,7 @@ mod tests {
         )]));
         let pair = |u: &str| (u.to_string(), u.to_string());
         // (step, pods the file source read, UIDs (uid, config.hash) after adoption)
-        type Step = (&'static str, Vec<Pod>, Vec<(String, String)>);
+        type Step = (&'static str, Vec<Arc<Pod>>, Vec<(String, String)>);
         let steps: Vec<Step> = vec![
             (
                 "first read: upstream's UID for the running pod, others untouched",

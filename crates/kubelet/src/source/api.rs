@@ -6,6 +6,7 @@
 //! not run (the kubelet owns them, as upstream): they go to the mirror pod manager instead.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -22,9 +23,17 @@ use crate::mirror::MirrorHandle;
 
 pub const API_SOURCE: &str = "api";
 
-fn keyed(pod: Pod) -> Option<(String, Pod)> {
+/// The pod by UID, as the snapshots share it: a pod to run marked `config.source: api` once,
+/// here, rather than in a copy per snapshot.
+fn keyed(mut pod: Pod) -> Option<(String, Arc<Pod>)> {
     let uid = pod.metadata.uid.clone()?;
-    Some((uid, pod))
+    if !is_mirror(&pod) {
+        pod.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(CONFIG_SOURCE_ANNOTATION.into(), API_SOURCE.into());
+    }
+    Some((uid, Arc::new(pod)))
 }
 
 fn is_mirror(pod: &Pod) -> bool {
@@ -34,19 +43,9 @@ fn is_mirror(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
-/// Splits the store into the pods to run (marked `config.source: api`) and the mirror pods.
-fn split(store: &BTreeMap<String, Pod>) -> (Vec<Pod>, Vec<Pod>) {
-    let (mirrors, pods): (Vec<Pod>, Vec<Pod>) = store.values().cloned().partition(is_mirror);
-    let pods = pods
-        .into_iter()
-        .map(|mut p| {
-            p.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(CONFIG_SOURCE_ANNOTATION.into(), API_SOURCE.into());
-            p
-        })
-        .collect();
+/// Splits the store into the pods to run and the mirror pods (shared, not copied).
+fn split(store: &BTreeMap<String, Arc<Pod>>) -> (Vec<Arc<Pod>>, Vec<Arc<Pod>>) {
+    let (mirrors, pods) = store.values().cloned().partition(|p| is_mirror(p));
     (pods, mirrors)
 }
 
@@ -64,8 +63,8 @@ pub async fn run(
     let mut stream = watcher::watcher(pods, cfg).boxed();
     let mut retry = crate::backoff::API.retry();
     let mut last_gone = false;
-    let mut store: BTreeMap<String, Pod> = BTreeMap::new();
-    let mut init: BTreeMap<String, Pod> = BTreeMap::new();
+    let mut store: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+    let mut init: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
     loop {
         let ev = tokio::select! {
             _ = cancel.cancelled() => return,

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -30,7 +31,7 @@ pub struct FileSource {
 
 struct FileState {
     content: Vec<u8>,
-    pods: Vec<Pod>,
+    pods: Vec<Arc<Pod>>,
 }
 
 impl FileSource {
@@ -137,6 +138,7 @@ impl FileSource {
             match parsed {
                 Ok(pods) => {
                     info!(file = %path.display(), pods = pods.len(), "read static pod manifest");
+                    let pods = pods.into_iter().map(Arc::new).collect();
                     self.files.insert(path, FileState { content, pods });
                 }
                 Err(e) => {

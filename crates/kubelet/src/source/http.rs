@@ -15,6 +15,7 @@
 //! after an empty body removed the pods, so the same manifest coming back does not restore them
 //! until it changes; here it does.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Empty, Limited};
@@ -214,7 +215,7 @@ impl UrlSource {
                 }
                 let snap = SourceSnapshot {
                     source: HTTP_SOURCE,
-                    pods,
+                    pods: pods.into_iter().map(Arc::new).collect(),
                 };
                 if self.tx.send(snap).await.is_err() {
                     return;

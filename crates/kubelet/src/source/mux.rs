@@ -33,7 +33,7 @@ impl Merger {
                 warn!(pod = %full, source = snap.source, "duplicate pod name or UID in source; ignoring the later one");
                 continue;
             }
-            new.insert(uid, Arc::new(pod));
+            new.insert(uid, pod);
         }
         let mut removes = Vec::new();
         let mut adds = Vec::new();
@@ -46,7 +46,10 @@ impl Merger {
         for (uid, pod) in &new {
             match old.get(uid) {
                 None => adds.push(pod.clone()),
-                Some(prev) if differ_semantically(prev, pod) => updates.push(pod.clone()),
+                // The same allocation: the source did not replace this pod since the last one.
+                Some(prev) if !Arc::ptr_eq(prev, pod) && differ_semantically(prev, pod) => {
+                    updates.push(pod.clone())
+                }
                 Some(_) => {}
             }
         }
@@ -109,12 +112,12 @@ pub async fn run(
 mod tests {
     use super::*;
 
-    fn pod(name: &str, uid: &str) -> Pod {
+    fn pod(name: &str, uid: &str) -> Arc<Pod> {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
         p.metadata.namespace = Some("default".into());
         p.metadata.uid = Some(uid.into());
-        p
+        Arc::new(p)
     }
 
     #[test]
@@ -143,11 +146,11 @@ mod tests {
         let ops: Vec<_> = ev.iter().map(|e| (e.op, e.pods.len())).collect();
         assert_eq!(ops, vec![(PodOp::Remove, 2), (PodOp::Add, 1)]);
         // Label change with same uid: update.
-        let mut p = pod("a", "3");
+        let mut p = pod("a", "3").as_ref().clone();
         p.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
         let (ev, _) = m.merge(SourceSnapshot {
             source: "file",
-            pods: vec![p],
+            pods: vec![Arc::new(p)],
         });
         assert_eq!(ev[0].op, PodOp::Update);
         // A new resourceVersion alone (our own status patch) is no update.
@@ -155,7 +158,7 @@ mod tests {
         p.metadata.resource_version = Some("42".into());
         let (ev, _) = m.merge(SourceSnapshot {
             source: "file",
-            pods: vec![p],
+            pods: vec![Arc::new(p)],
         });
         assert!(ev.is_empty());
         // Duplicate names: the later one is ignored.
