@@ -235,10 +235,28 @@ impl ContainerManager {
         self.cpu.as_ref()
     }
 
-    /// Upstream's resource allocation admit handler (the topology manager's `Admit` calling
-    /// the CPU manager's `Allocate`): see [`admit::allocate`].
-    pub async fn admit_cpus(&self, pod: &Arc<Pod>) -> Result<(), AdmitError> {
-        admit::allocate(self.cpu.as_ref(), &self.topology, pod).await
+    /// Upstream's resource allocation admit handler (the topology manager's `Admit` over the
+    /// device and CPU managers): see [`admit::allocate`]. `active`: the UIDs of the pods
+    /// admitted and still holding resources.
+    pub async fn allocate_resources(
+        &self,
+        pod: &Arc<Pod>,
+        active: HashSet<String>,
+    ) -> Result<(), AdmitError> {
+        admit::allocate(&self.providers(active), &self.topology, pod).await
+    }
+
+    /// Frees the devices and CPUs of a pod a later admit handler rejected.
+    pub async fn release_resources(&self, uid: &str) {
+        admit::release(&self.providers(HashSet::new()), uid).await
+    }
+
+    fn providers(&self, active: HashSet<String>) -> admit::Providers<'_> {
+        admit::Providers {
+            cpu: self.cpu.as_ref(),
+            devices: self.devices.as_ref(),
+            active,
+        }
     }
 
     /// A manager that manages no cgroups (`cgroupsPerQOS: false`): containers still get the

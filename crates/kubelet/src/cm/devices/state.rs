@@ -434,32 +434,6 @@ impl State {
     }
 }
 
-/// Upstream's choice after `GetPreferredAllocation` (no NUMA alignment: the topology manager
-/// is not there, so every device counts as "no affinity"): reusable devices first, then the
-/// plugin's preferred ones that are available, then the rest in ID order.
-pub fn choose(
-    need: usize,
-    reusable: &BTreeSet<String>,
-    available: &BTreeSet<String>,
-    preferred: &[String],
-) -> BTreeSet<String> {
-    let mut out: BTreeSet<String> = reusable.clone();
-    let mut left = need;
-    for d in preferred
-        .iter()
-        .filter(|d| available.contains(*d))
-        .chain(available.iter())
-    {
-        if left == 0 {
-            break;
-        }
-        if out.insert(d.clone()) {
-            left -= 1;
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 #[path = "state_tests.rs"]
 mod tests;
