@@ -251,6 +251,48 @@ async fn static_policy_pins_shares_reconciles_and_survives_restarts() {
         .into_inner();
     assert_eq!(alloc.cpu_ids, vec![1]);
 
+    // Upstream's metrics: one pinning request so far, no error; two pods through the
+    // topology manager's admit handler.
+    let metric = |n: &str| env.metric(n, None).unwrap_or(-1.0);
+    assert_eq!(metric("kubelet_cpu_manager_pinning_requests_total"), 1.0);
+    assert_eq!(metric("kubelet_cpu_manager_pinning_errors_total"), 0.0);
+    assert_eq!(
+        metric("kubelet_topology_manager_admission_requests_total"),
+        2.0
+    );
+    assert_eq!(
+        metric("kubelet_topology_manager_admission_errors_total"),
+        0.0
+    );
+
+    // A second Guaranteed pod: CPU 1 is taken. Upstream's 1.20 order allocates before the
+    // predicates, so the CPU manager rejects it (not the predicates' OutOfcpu) and counts a
+    // pinning error; nothing of the shared pool is lost.
+    env.write_manifest("greedy.yaml", &guaranteed("greedy"));
+    let st = env.wait_pod("greedy", Duration::from_secs(20), "rejected", |p| {
+        let s = p.status.clone()?;
+        (s.phase.as_deref() == Some("Failed")).then_some(s)
+    });
+    assert_eq!(
+        st.reason.as_deref(),
+        Some("UnexpectedAdmissionError"),
+        "{st:?}"
+    );
+    assert!(
+        st.message.as_deref().is_some_and(|m| m
+            .starts_with("Pod was rejected: Allocate failed due to ")
+            && m.contains("not enough cpus available to satisfy request")),
+        "{st:?}"
+    );
+    assert_eq!(metric("kubelet_cpu_manager_pinning_requests_total"), 2.0);
+    assert_eq!(metric("kubelet_cpu_manager_pinning_errors_total"), 1.0);
+    assert_eq!(
+        metric("kubelet_topology_manager_admission_errors_total"),
+        1.0
+    );
+    assert_eq!(state_file(&env)["defaultCpuSet"], "0");
+    env.remove_manifest("greedy.yaml");
+
     let log = env.kubelet_log();
     eprintln!(
         "admission stage (incl. CPU allocation): pinned {:?}, plain {:?}",
