@@ -26,6 +26,15 @@ pub struct TopologySettings {
     pub policy: Policy,
     pub scope: Scope,
     pub numa_nodes: Vec<usize>,
+    /// The NUMA distances when `prefer-closest-numa-nodes` is on.
+    pub closest: Option<Arc<super::topology::NumaInfo>>,
+}
+
+impl TopologySettings {
+    fn merge(&self, hints: &[ProviderHints]) -> (TopologyHint, bool) {
+        self.policy
+            .merge_with(&self.numa_nodes, hints, self.closest.as_deref())
+    }
 }
 
 /// A rejection with upstream's reason and message.
@@ -222,8 +231,8 @@ async fn allocate_inner(
     }
     match (t.policy, t.scope) {
         (Policy::None, _) => run.allocate(None, BTreeMap::new()).await,
-        (policy, Scope::Pod) => {
-            let (best, admit) = policy.merge(&t.numa_nodes, &run.hints(None).await?);
+        (_, Scope::Pod) => {
+            let (best, admit) = t.merge(&run.hints(None).await?);
             if !admit {
                 return Err(topology_error());
             }
@@ -233,13 +242,13 @@ async fn allocate_inner(
                 .unwrap_or_default();
             run.allocate(None, affinity).await
         }
-        (policy, Scope::Container) => {
+        (_, Scope::Container) => {
             for c in &all {
                 let name = c.name.as_str();
                 if !wants(&run.cpu_names, Some(name)) && !wants(&run.dev_names, Some(name)) {
                     continue;
                 }
-                let (best, admit) = policy.merge(&t.numa_nodes, &run.hints(Some(name)).await?);
+                let (best, admit) = t.merge(&run.hints(Some(name)).await?);
                 if !admit {
                     return Err(topology_error());
                 }

@@ -21,6 +21,7 @@ fn topo(policy: Policy, scope: Scope) -> TopologySettings {
         policy,
         scope,
         numa_nodes: vec![0, 1],
+        closest: None,
     }
 }
 

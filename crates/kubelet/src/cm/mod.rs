@@ -221,12 +221,14 @@ impl ContainerManager {
         policy: topology::Policy,
         scope: topology::Scope,
         numa_nodes: Vec<usize>,
+        closest: Option<topology::NumaInfo>,
     ) -> ContainerManager {
         self.cpu = cpu;
         self.topology = admit::TopologySettings {
             policy,
             scope,
             numa_nodes,
+            closest: closest.map(Arc::new),
         };
         self
     }

@@ -397,7 +397,8 @@ fn pod_device_request_table() {
     let gpu_nic = |g: &'static str, n: &'static str| -> Vec<(&'static str, &'static str)> {
         vec![("cpu", "2"), ("memory", "1G"), ("gpu", g), ("nic", n)]
     };
-    let cases: Vec<(&str, Arc<Pod>, &[&str], &[(&str, usize)])> = vec![
+    type Case<'a> = (&'a str, Arc<Pod>, &'a [&'a str], &'a [(&'a str, usize)]);
+    let cases: Vec<Case> = vec![
         ("empty pod", pod(&[], &[]), &[], &[]),
         (
             "Init container requests device plugin resource",
