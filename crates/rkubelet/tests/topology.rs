@@ -196,12 +196,23 @@ async fn restricted_policy_aligns_devices_and_rejects_what_cannot_be_aligned() {
         "this test is written for a one-NUMA-node machine"
     );
     let mut env = Env::new(113);
-    env.extra_config = "topologyManagerPolicy: restricted\n".into();
+    // Both policy options, so the start reads this machine's NUMA distances from /sys.
+    env.extra_config = "topologyManagerPolicy: restricted\n\
+        topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"true\", max-allowable-numa-nodes: \"8\"}\n"
+        .into();
     env.start_kubelet();
     let plugins_dir = env.root.join("device-plugins");
     wait_until(Duration::from_secs(30), "device plugin socket", || {
         plugins_dir.join("kubelet.sock").exists().then_some(())
     });
+    assert!(
+        env.kubelet_log()
+            .lines()
+            .any(|l| l.contains("topology manager enabled")
+                && l.contains("prefer-closest-numa-nodes")),
+        "{}",
+        tail(&env.kubelet_log(), 30)
+    );
     let serving = run_plugin(&plugins_dir).await;
     wait_until(Duration::from_secs(30), "devices registered", || {
         env.kubelet_log()
