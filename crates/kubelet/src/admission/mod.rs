@@ -127,6 +127,37 @@ pub fn admit_pod_count(active: usize, max_pods: u32) -> Result<(), Rejection> {
     ))
 }
 
+/// Upstream `UpdatePluginResources` → `sanitizeNodeAllocatable`, run by the predicate handler
+/// after the resource allocation handler: a device plugin resource's allocatable is raised to
+/// the devices in use (the new pod's included), so a node status not yet updated for a plugin's
+/// devices cannot reject a pod whose devices were just allocated. None when nothing changes.
+pub fn sanitize_allocatable(
+    node: &NodeView,
+    allocated: &BTreeMap<String, i64>,
+) -> Option<NodeView> {
+    let mut out: Option<NodeView> = None;
+    for (resource, &needed) in allocated {
+        let have = node
+            .allocatable
+            .get(resource)
+            .and_then(|q| parse_milli(&q.0))
+            .map(|m| to_unit(resource, m));
+        if have.is_some_and(|h| h >= needed) {
+            continue;
+        }
+        out.get_or_insert_with(|| node.clone())
+            .allocatable
+            .insert(resource.clone(), Quantity(needed.to_string()));
+    }
+    out
+}
+
+/// Whether the pod requests an extended resource (only then can device allocations matter to
+/// the predicates).
+pub fn requests_extended(pod: &Pod) -> bool {
+    pod_requests(pod).keys().any(|k| is_extended_resource(k))
+}
+
 /// The sysctl allowlist, upstream's own admit handler, registered before the resource
 /// allocation handler and the predicates.
 pub fn admit_sysctls(pod: &Pod, node: &NodeView) -> Result<(), Rejection> {

@@ -248,6 +248,14 @@ impl ContainerManager {
         admit::allocate(&self.providers(active), &self.topology, pod).await
     }
 
+    /// Devices in use per device plugin resource (empty without a device manager).
+    pub async fn allocated_devices(&self) -> std::collections::BTreeMap<String, i64> {
+        match &self.devices {
+            Some(d) => d.allocated_counts().await.unwrap_or_default(),
+            None => Default::default(),
+        }
+    }
+
     /// Frees the devices and CPUs of a pod a later admit handler rejected.
     pub async fn release_resources(&self, uid: &str) {
         admit::release(&self.providers(HashSet::new()), uid).await

@@ -269,7 +269,16 @@ impl<S: PodSyncer> SyncLoop<S> {
                 reason: e.reason,
                 message: e.message,
             })?;
-        if let Err(r) = admission::admit(pod, &self.node_view, &active) {
+        // Upstream's predicate handler first raises device resources' allocatable to what is
+        // allocated (`UpdatePluginResources`).
+        let sanitized = match admission::requests_extended(pod) {
+            true => {
+                admission::sanitize_allocatable(&self.node_view, &self.cm.allocated_devices().await)
+            }
+            false => None,
+        };
+        let node = sanitized.as_ref().unwrap_or(&self.node_view);
+        if let Err(r) = admission::admit(pod, node, &active) {
             self.cm.release_resources(uid).await;
             return Err(r);
         }

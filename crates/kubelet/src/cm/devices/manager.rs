@@ -161,6 +161,15 @@ impl Manager {
             } => {
                 let _ = reply.send(self.hints(&pod, container, active, &numa_nodes));
             }
+            Command::AllocatedCounts { reply } => {
+                let counts = self
+                    .state
+                    .allocated
+                    .iter()
+                    .map(|(r, ids)| (r.clone(), ids.len() as i64))
+                    .collect();
+                let _ = reply.send(counts);
+            }
             Command::Release { uid } => {
                 let mut active: HashSet<String> = self.state.pods.keys().cloned().collect();
                 active.remove(&uid);

@@ -98,6 +98,10 @@ pub(crate) enum Command {
         numa_nodes: Vec<usize>,
         reply: oneshot::Sender<ProviderHints>,
     },
+    /// Devices in use per resource (upstream `allocatedDevices[r].Len()`).
+    AllocatedCounts {
+        reply: oneshot::Sender<BTreeMap<String, i64>>,
+    },
     /// A pod a later admit handler rejected: its devices go back (upstream frees them when
     /// the rejected pod is removed).
     Release {
@@ -179,6 +183,12 @@ impl DeviceHandle {
             reply,
         })
         .await
+    }
+
+    /// How many devices of each resource are in use, for the predicates' view of node
+    /// allocatable (upstream `UpdatePluginResources`).
+    pub async fn allocated_counts(&self) -> Result<BTreeMap<String, i64>, DeviceError> {
+        self.ask(|reply| Command::AllocatedCounts { reply }).await
     }
 
     /// Frees the devices of a pod that was not admitted after all.
