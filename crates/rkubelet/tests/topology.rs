@@ -4,7 +4,9 @@
 //! does not have. A static pod asking for both cannot be aligned to one node and is rejected
 //! `TopologyAffinityError` (upstream's reason and message) before anything runs; a pod asking
 //! for one gets the node-0 device, although the other one comes first in ID order (the order
-//! the device manager picks in without an affinity); the metrics count both admissions.
+//! the device manager picks in without an affinity). A pod of two one-device containers is
+//! rejected after its first container got the node-0 device, which goes back at once; the
+//! metrics count the admissions and the failures.
 //!
 //! `restricted`, not `single-numa-node`: on a one-node machine the latter turns a merged hint
 //! equal to all nodes into "no affinity" (upstream `singleNumaNodePolicy.Merge`), so the
@@ -139,22 +141,30 @@ async fn run_plugin(dir: &Path) -> tokio::task::JoinHandle<()> {
     task
 }
 
-fn device_pod(name: &str, count: u32) -> String {
+/// A static pod whose containers (`c`, `c1`, ...) each limit [`RES`] to the given counts.
+fn device_pod(name: &str, counts: &[u32]) -> String {
+    let containers: String = counts
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let cname = if i == 0 { "c".to_string() } else { format!("c{i}") };
+            format!(
+                "  - name: {cname}\n    image: {IMAGE}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n    \
+                 resources:\n      limits: {{{RES:?}: {n}}}\n"
+            )
+        })
+        .collect();
     format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: {IMAGE}
-    command: ["sh", "-c", {SLEEPER:?}]
-    resources:
-      limits: {{{RES:?}: {count}}}
-"#
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n{containers}"
     )
+}
+
+fn wait_rejected(env: &Env, name: &str) -> k8s_openapi::api::core::v1::PodStatus {
+    env.wait_pod(name, Duration::from_secs(30), "rejected", |p| {
+        let s = p.status.clone()?;
+        (s.phase.as_deref() == Some("Failed")).then_some(s)
+    })
 }
 
 /// pod name -> (device IDs, NUMA nodes) of [`RES`] in the pod-resources `List`.
@@ -221,11 +231,8 @@ async fn restricted_policy_aligns_devices_and_rejects_what_cannot_be_aligned() {
     });
 
     // Two devices: one on each node, so no single node holds them.
-    env.write_manifest("both.yaml", &device_pod("both", 2));
-    let st = env.wait_pod("both", Duration::from_secs(30), "rejected", |p| {
-        let s = p.status.clone()?;
-        (s.phase.as_deref() == Some("Failed")).then_some(s)
-    });
+    env.write_manifest("both.yaml", &device_pod("both", &[2]));
+    let st = wait_rejected(&env, "both");
     assert_eq!(
         st.reason.as_deref(),
         Some("TopologyAffinityError"),
@@ -239,7 +246,7 @@ async fn restricted_policy_aligns_devices_and_rejects_what_cannot_be_aligned() {
     assert!(env.sandboxes_of(&uid(&rejected)).await.is_empty());
 
     // One device: the node-0 one, and the container sees it in the plugin's env.
-    env.write_manifest("one.yaml", &device_pod("one", 1));
+    env.write_manifest("one.yaml", &device_pod("one", &[1]));
     let pod = env.wait_running("one");
     let node = env.node.clone();
     let got = listed(&env).await;
@@ -252,15 +259,52 @@ async fn restricted_policy_aligns_devices_and_rejects_what_cannot_be_aligned() {
     let (code, out) = exec_in(&env, &pod, "c", &["sh", "-c", "echo $TEST_DEVICES"]).await;
     assert_eq!((code, out.trim()), (0, NEAR), "{out}");
 
-    // Upstream's topology manager metrics: both pods went through the handler, one failed.
+    // Scope container, two containers of one device each: the first gets the node-0 device,
+    // the second cannot be aligned, and the pod is rejected; the first container's device goes
+    // back with the rejection itself (not at the next admission's clean-up): the checkpoint,
+    // which named the pod once its first container had the device, no longer does.
+    env.remove_manifest("one.yaml");
+    wait_until(Duration::from_secs(30), "pod one gone", || {
+        env.pod("one").is_none().then_some(())
+    });
+    env.write_manifest("pair.yaml", &device_pod("pair", &[1, 1]));
+    let st = wait_rejected(&env, "pair");
+    assert_eq!(
+        st.reason.as_deref(),
+        Some("TopologyAffinityError"),
+        "{st:?}"
+    );
+    let pair_uid = uid(&env.pod("pair").unwrap());
+    let log = env.kubelet_log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("allocated devices") && l.contains(&pair_uid)),
+        "{}",
+        tail(&log, 30)
+    );
+    let checkpoint = plugins_dir.join("kubelet_internal_checkpoint");
+    wait_until(Duration::from_secs(10), "pair's devices released", || {
+        let text = std::fs::read_to_string(&checkpoint).ok()?;
+        (!text.contains(&pair_uid)).then_some(())
+    });
+    env.write_manifest("again.yaml", &device_pod("again", &[1]));
+    env.wait_running("again");
+    let got = listed(&env).await;
+    assert_eq!(
+        got.get(&format!("again-{node}")),
+        Some(&(vec![NEAR.to_string()], vec![0])),
+        "{got:?}"
+    );
+
+    // Upstream's topology manager metrics: four pods through the handler, two failed.
     let metric = |n: &str| env.metric(n, None).unwrap_or(-1.0);
     assert_eq!(
         metric("kubelet_topology_manager_admission_requests_total"),
-        2.0
+        4.0
     );
     assert_eq!(
         metric("kubelet_topology_manager_admission_errors_total"),
-        1.0
+        2.0
     );
     serving.abort();
 }
