@@ -6,6 +6,11 @@
 //! the Guaranteed pod returns CPU 1 to the shared pool, which the BestEffort container gets
 //! through `UpdateContainerResources`; a new Guaranteed pod then gets CPU 1 again.
 //!
+//! Admission in upstream 1.20's order: a second Guaranteed pod while CPU 1 is taken is rejected
+//! by the CPU manager (`UnexpectedAdmissionError`, counted in
+//! `kubelet_cpu_manager_pinning_errors_total`), and one the predicates reject gives back the
+//! CPU it was allocated before them.
+//!
 //! Needs at least 2 CPUs (CI's machine has exactly 2).
 
 mod common;
@@ -330,6 +335,25 @@ async fn static_policy_pins_shares_reconciles_and_survives_restarts() {
             (st["defaultCpuSet"] == "0-1" && st.get("entries").is_none()).then_some(())
         },
     );
+
+    // A Guaranteed pod the predicates reject (its nodeSelector matches nothing): allocated
+    // CPU 1 first (upstream's order), then gave it back with the rejection.
+    let misfit = guaranteed("misfit").replace("spec:\n", "spec:\n  nodeSelector: {nope: nope}\n");
+    env.write_manifest("misfit.yaml", &misfit);
+    let st = env.wait_pod("misfit", Duration::from_secs(20), "rejected", |p| {
+        let s = p.status.clone()?;
+        (s.phase.as_deref() == Some("Failed")).then_some(s)
+    });
+    assert_eq!(st.reason.as_deref(), Some("NodeAffinity"), "{st:?}");
+    let misfit_uid = uid(&env.pod("misfit").unwrap());
+    wait_until(Duration::from_secs(10), "misfit's CPU released", || {
+        let released = env.kubelet_log().lines().any(|l| {
+            l.contains("a pod not admitted gave its CPUs back") && l.contains(&misfit_uid)
+        });
+        let st = state_file(&env);
+        (released && st["defaultCpuSet"] == "0-1" && st.get("entries").is_none()).then_some(())
+    });
+    env.remove_manifest("misfit.yaml");
 
     // The freed CPU goes to the next Guaranteed pod, exclusively again.
     env.write_manifest("pinned2.yaml", &guaranteed("pinned2"));
