@@ -366,5 +366,8 @@ impl Plan {
 }
 
 #[cfg(test)]
+#[path = "hints_alloc_tests.rs"]
+mod alloc_tests;
+#[cfg(test)]
 #[path = "hints_tests.rs"]
 mod tests;

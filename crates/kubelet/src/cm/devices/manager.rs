@@ -200,28 +200,7 @@ impl Manager {
                 let _ = reply.send(self.assigned());
             }
             Command::Allocatable { reply } => {
-                let out = self
-                    .state
-                    .healthy
-                    .iter()
-                    .flat_map(|(r, ids)| {
-                        ids.iter().map(|id| {
-                            let dev = self
-                                .state
-                                .all
-                                .get(r)
-                                .and_then(|m| m.get(id))
-                                .cloned()
-                                .unwrap_or(api::Device {
-                                    id: id.clone(),
-                                    health: api::HEALTHY.into(),
-                                    topology: None,
-                                });
-                            (r.clone(), dev)
-                        })
-                    })
-                    .collect();
-                let _ = reply.send(out);
+                let _ = reply.send(self.state.allocatable_devices());
             }
             Command::Plugin(ev) => self.plugin_event(ev).await,
         }

@@ -162,6 +162,28 @@ impl State {
         out
     }
 
+    /// Upstream `GetAllocatableDevices`: every healthy device, by resource.
+    pub fn allocatable_devices(&self) -> Vec<(String, api::Device)> {
+        self.healthy
+            .iter()
+            .flat_map(|(r, ids)| {
+                ids.iter().map(|id| {
+                    let dev =
+                        self.all
+                            .get(r)
+                            .and_then(|m| m.get(id))
+                            .cloned()
+                            .unwrap_or(api::Device {
+                                id: id.clone(),
+                                health: api::HEALTHY.into(),
+                                topology: None,
+                            });
+                    (r.clone(), dev)
+                })
+            })
+            .collect()
+    }
+
     /// Upstream `isDevicePluginResource`.
     pub fn is_device_resource(&self, resource: &str) -> bool {
         self.healthy.contains_key(resource) || self.allocated.contains_key(resource)
