@@ -754,6 +754,12 @@ fn from_tree(tree: Value, errors: &mut Vec<String>, warnings: &mut Vec<String>) 
         if let Some(b) = g.bool("CustomCPUCFSQuotaPeriod") {
             cfg.cgroups.custom_cfs_quota_period = b;
         }
+        if let Some(b) = g.bool("TopologyManagerPolicyOptions") {
+            cfg.cpu_manager.topology_options_gate = b;
+        }
+        if let Some(b) = g.bool("TopologyManagerPolicyBetaOptions") {
+            cfg.cpu_manager.topology_beta_options_gate = b;
+        }
         for gate in std::mem::take(&mut g.map).into_keys() {
             warnings.push(format!(
                 "feature gate {gate:?} is not supported by rkubelet; ignored"

@@ -372,7 +372,7 @@ pub const FLAGS: &[Spec] = &[
         "topology-manager-policy-options",
         MapNoSplit,
         "topologyManagerPolicyOptions",
-        NotYet,
+        Implemented,
     ),
     cfg("system-reserved", Map, "systemReserved", Implemented),
     cfg("kube-reserved", Map, "kubeReserved", Implemented),

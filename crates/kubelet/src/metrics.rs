@@ -58,6 +58,15 @@ pub struct Metrics {
     pub credential_provider_plugin_duration: HistogramVec,
     /// Upstream `pkg/volume/util/metrics.go` `storage_operation_duration_seconds`.
     pub storage_operation_duration: HistogramVec,
+    /// Upstream `CPUManagerPinningRequestsTotal` / `ErrorsTotal`: per container the static
+    /// policy pins (integer CPUs of a Guaranteed pod), and those whose allocation failed.
+    pub cpu_manager_pinning_requests: IntCounter,
+    pub cpu_manager_pinning_errors: IntCounter,
+    /// Upstream `TopologyManagerAdmission*`: every pod through the resource allocation admit
+    /// handler, those it rejected, and how long it took (whole milliseconds, as upstream).
+    pub topology_manager_admission_requests: IntCounter,
+    pub topology_manager_admission_errors: IntCounter,
+    pub topology_manager_admission_duration: Histogram,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -245,6 +254,31 @@ impl Metrics {
                 prometheus::DEFAULT_BUCKETS.to_vec(),
                 &["probe_type", "container", "pod", "namespace"],
             ),
+            cpu_manager_pinning_requests: IntCounter::new(
+                "kubelet_cpu_manager_pinning_requests_total",
+                "The number of cpu core allocations which required pinning.",
+            )
+            .expect("valid counter"),
+            cpu_manager_pinning_errors: IntCounter::new(
+                "kubelet_cpu_manager_pinning_errors_total",
+                "The number of cpu core allocations which required pinning failed.",
+            )
+            .expect("valid counter"),
+            topology_manager_admission_requests: IntCounter::new(
+                "kubelet_topology_manager_admission_requests_total",
+                "The number of admission requests where resources have to be aligned.",
+            )
+            .expect("valid counter"),
+            topology_manager_admission_errors: IntCounter::new(
+                "kubelet_topology_manager_admission_errors_total",
+                "The number of admission request failures where resources could not be aligned.",
+            )
+            .expect("valid counter"),
+            topology_manager_admission_duration: histogram(
+                "kubelet_topology_manager_admission_duration_ms",
+                "Duration in milliseconds to serve a pod admission request.",
+                exponential(0.05, 2.0, 15),
+            ),
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.node_name.clone()),
@@ -271,6 +305,11 @@ impl Metrics {
             Box::new(m.credential_provider_plugin_errors.clone()),
             Box::new(m.credential_provider_plugin_duration.clone()),
             Box::new(m.storage_operation_duration.clone()),
+            Box::new(m.cpu_manager_pinning_requests.clone()),
+            Box::new(m.cpu_manager_pinning_errors.clone()),
+            Box::new(m.topology_manager_admission_requests.clone()),
+            Box::new(m.topology_manager_admission_errors.clone()),
+            Box::new(m.topology_manager_admission_duration.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("unique metric names");

@@ -6,6 +6,11 @@
 //! the Guaranteed pod returns CPU 1 to the shared pool, which the BestEffort container gets
 //! through `UpdateContainerResources`; a new Guaranteed pod then gets CPU 1 again.
 //!
+//! Admission in upstream 1.20's order: a second Guaranteed pod while CPU 1 is taken is rejected
+//! by the CPU manager (`UnexpectedAdmissionError`, counted in
+//! `kubelet_cpu_manager_pinning_errors_total`), and one the predicates reject gives back the
+//! CPU it was allocated before them.
+//!
 //! Needs at least 2 CPUs (CI's machine has exactly 2).
 
 mod common;
@@ -251,6 +256,48 @@ async fn static_policy_pins_shares_reconciles_and_survives_restarts() {
         .into_inner();
     assert_eq!(alloc.cpu_ids, vec![1]);
 
+    // Upstream's metrics: one pinning request so far, no error; two pods through the
+    // topology manager's admit handler.
+    let metric = |n: &str| env.metric(n, None).unwrap_or(-1.0);
+    assert_eq!(metric("kubelet_cpu_manager_pinning_requests_total"), 1.0);
+    assert_eq!(metric("kubelet_cpu_manager_pinning_errors_total"), 0.0);
+    assert_eq!(
+        metric("kubelet_topology_manager_admission_requests_total"),
+        2.0
+    );
+    assert_eq!(
+        metric("kubelet_topology_manager_admission_errors_total"),
+        0.0
+    );
+
+    // A second Guaranteed pod: CPU 1 is taken. Upstream's 1.20 order allocates before the
+    // predicates, so the CPU manager rejects it (not the predicates' OutOfcpu) and counts a
+    // pinning error; nothing of the shared pool is lost.
+    env.write_manifest("greedy.yaml", &guaranteed("greedy"));
+    let st = env.wait_pod("greedy", Duration::from_secs(20), "rejected", |p| {
+        let s = p.status.clone()?;
+        (s.phase.as_deref() == Some("Failed")).then_some(s)
+    });
+    assert_eq!(
+        st.reason.as_deref(),
+        Some("UnexpectedAdmissionError"),
+        "{st:?}"
+    );
+    assert!(
+        st.message.as_deref().is_some_and(|m| m
+            .starts_with("Pod was rejected: Allocate failed due to ")
+            && m.contains("not enough cpus available to satisfy request")),
+        "{st:?}"
+    );
+    assert_eq!(metric("kubelet_cpu_manager_pinning_requests_total"), 2.0);
+    assert_eq!(metric("kubelet_cpu_manager_pinning_errors_total"), 1.0);
+    assert_eq!(
+        metric("kubelet_topology_manager_admission_errors_total"),
+        1.0
+    );
+    assert_eq!(state_file(&env)["defaultCpuSet"], "0");
+    env.remove_manifest("greedy.yaml");
+
     let log = env.kubelet_log();
     eprintln!(
         "admission stage (incl. CPU allocation): pinned {:?}, plain {:?}",
@@ -288,6 +335,25 @@ async fn static_policy_pins_shares_reconciles_and_survives_restarts() {
             (st["defaultCpuSet"] == "0-1" && st.get("entries").is_none()).then_some(())
         },
     );
+
+    // A Guaranteed pod the predicates reject (its nodeSelector matches nothing): allocated
+    // CPU 1 first (upstream's order), then gave it back with the rejection.
+    let misfit = guaranteed("misfit").replace("spec:\n", "spec:\n  nodeSelector: {nope: nope}\n");
+    env.write_manifest("misfit.yaml", &misfit);
+    let st = env.wait_pod("misfit", Duration::from_secs(20), "rejected", |p| {
+        let s = p.status.clone()?;
+        (s.phase.as_deref() == Some("Failed")).then_some(s)
+    });
+    assert_eq!(st.reason.as_deref(), Some("NodeAffinity"), "{st:?}");
+    let misfit_uid = uid(&env.pod("misfit").unwrap());
+    wait_until(Duration::from_secs(10), "misfit's CPU released", || {
+        let released = env.kubelet_log().lines().any(|l| {
+            l.contains("a pod not admitted gave its CPUs back") && l.contains(&misfit_uid)
+        });
+        let st = state_file(&env);
+        (released && st["defaultCpuSet"] == "0-1" && st.get("entries").is_none()).then_some(())
+    });
+    env.remove_manifest("misfit.yaml");
 
     // The freed CPU goes to the next Guaranteed pod, exclusively again.
     env.write_manifest("pinned2.yaml", &guaranteed("pinned2"));

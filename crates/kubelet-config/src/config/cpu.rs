@@ -1,6 +1,7 @@
 //! The CPU and topology managers' settings (upstream `cpuManagerPolicy`,
 //! `cpuManagerPolicyOptions`, `cpuManagerReconcilePeriod`, `reservedSystemCPUs`,
-//! `topologyManagerPolicy`, `topologyManagerScope`), their validation in upstream's words, and
+//! `topologyManagerPolicy`, `topologyManagerScope`, `topologyManagerPolicyOptions`), their
+//! validation in upstream's words, and
 //! `reservedSystemCPUs` overriding the cpu reservations as `cmd/kubelet/app/server.go` does.
 
 use std::collections::BTreeMap;
@@ -22,6 +23,13 @@ const UPSTREAM_OPTIONS: &[&str] = &[
     "prefer-align-cpus-by-uncorecache",
 ];
 
+/// Topology manager policy options (upstream `topologymanager/policy_options.go`): the stable
+/// one, and the one behind `TopologyManagerPolicyBetaOptions`.
+pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
+pub const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+/// Upstream `defaultMaxAllowableNUMANodes`.
+pub const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: usize = 8;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct CpuManagerConfig {
     /// `cpuManagerPolicy`: `none` (default) or `static`.
@@ -36,6 +44,12 @@ pub struct CpuManagerConfig {
     pub topology_policy: String,
     /// `topologyManagerScope`: container or pod.
     pub topology_scope: String,
+    /// `topologyManagerPolicyOptions`.
+    pub topology_policy_options: BTreeMap<String, String>,
+    /// `featureGates.TopologyManagerPolicyOptions` (GA, on) and
+    /// `TopologyManagerPolicyBetaOptions` (beta, on).
+    pub topology_options_gate: bool,
+    pub topology_beta_options_gate: bool,
 }
 
 impl Default for CpuManagerConfig {
@@ -47,6 +61,9 @@ impl Default for CpuManagerConfig {
             reserved_system_cpus: CpuSet::new(),
             topology_policy: "none".into(),
             topology_scope: "container".into(),
+            topology_policy_options: BTreeMap::new(),
+            topology_options_gate: true,
+            topology_beta_options_gate: true,
         }
     }
 }
@@ -54,6 +71,22 @@ impl Default for CpuManagerConfig {
 impl CpuManagerConfig {
     pub fn is_static(&self) -> bool {
         self.policy == "static"
+    }
+
+    /// `prefer-closest-numa-nodes` as a bool (validated at load).
+    pub fn prefer_closest_numa_nodes(&self) -> bool {
+        self.topology_policy_options
+            .get(PREFER_CLOSEST_NUMA_NODES)
+            .and_then(|v| parse_go_bool(v))
+            .unwrap_or(false)
+    }
+
+    /// `max-allowable-numa-nodes`, 8 unless set (validated at load).
+    pub fn max_allowable_numa_nodes(&self) -> usize {
+        self.topology_policy_options
+            .get(MAX_ALLOWABLE_NUMA_NODES)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_MAX_ALLOWABLE_NUMA_NODES)
     }
 
     /// `full-pcpus-only` as a bool (validated at load).
@@ -84,6 +117,9 @@ pub(super) fn read(r: &mut Reader, out: &mut CpuManagerConfig, cgroups: &mut Cgr
     r.duration("cpuManagerReconcilePeriod", &mut out.reconcile_period);
     r.string_into("topologyManagerPolicy", &mut out.topology_policy);
     r.string_into("topologyManagerScope", &mut out.topology_scope);
+    if let Some(m) = r.string_map("topologyManagerPolicyOptions") {
+        out.topology_policy_options = m;
+    }
     if let Some(s) = r.string("reservedSystemCPUs") {
         match CpuSet::parse(&s) {
             Ok(set) => out.reserved_system_cpus = set,
@@ -114,6 +150,7 @@ pub(super) fn validate(c: &CpuManagerConfig, cgroups: &CgroupConfig, errors: &mu
     {
         errors.push("invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)".into());
     }
+    validate_topology_options(c, errors);
     if c.is_static() {
         for (name, value) in &c.policy_options {
             if name == FULL_PCPUS_ONLY {
@@ -131,6 +168,39 @@ pub(super) fn validate(c: &CpuManagerConfig, cgroups: &CgroupConfig, errors: &mu
                     "cpuManagerPolicyOptions: unsupported CPU Manager policy option: \"{name}\""
                 ));
             }
+        }
+    }
+}
+
+/// Upstream `ValidateKubeletConfiguration`'s gate check and `NewPolicyOptions` (with
+/// `CheckPolicyOptionAvailable`), each failure in upstream's words.
+fn validate_topology_options(c: &CpuManagerConfig, errors: &mut Vec<String>) {
+    if c.topology_policy_options.is_empty() {
+        return;
+    }
+    if !c.topology_options_gate {
+        errors.push("invalid configuration: topologyManagerPolicyOptions requires feature gate TopologyManagerPolicyOptions enabled".into());
+        return;
+    }
+    let mut err = |m: String| errors.push(format!("topologyManagerPolicyOptions: {m}"));
+    for (name, value) in &c.topology_policy_options {
+        match name.as_str() {
+            PREFER_CLOSEST_NUMA_NODES => {
+                if parse_go_bool(value).is_none() {
+                    err(format!("bad value for option \"{name}\": strconv.ParseBool: parsing \"{value}\": invalid syntax"));
+                }
+            }
+            MAX_ALLOWABLE_NUMA_NODES if !c.topology_beta_options_gate => err(format!(
+                "Topology Manager Policy Beta-level Options not enabled, but option \"{name}\" provided"
+            )),
+            MAX_ALLOWABLE_NUMA_NODES => match value.parse::<i64>() {
+                Err(_) => err(format!("unable to convert policy option to integer \"{name}\": strconv.Atoi: parsing \"{value}\": invalid syntax")),
+                Ok(n) if n < DEFAULT_MAX_ALLOWABLE_NUMA_NODES as i64 => err(format!(
+                    "the minimum value of \"{name}\" should not be less than {DEFAULT_MAX_ALLOWABLE_NUMA_NODES}"
+                )),
+                Ok(_) => {}
+            },
+            _ => err(format!("unknown Topology Manager Policy option: \"{name}\"")),
         }
     }
 }
@@ -175,6 +245,20 @@ mod tests {
         );
         let d = load("").unwrap().config.cpu_manager;
         assert_eq!(d, CpuManagerConfig::default());
+        assert!(!d.prefer_closest_numa_nodes());
+        assert_eq!(d.max_allowable_numa_nodes(), 8);
+        let t = load(
+            "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"true\", \
+             max-allowable-numa-nodes: \"12\"}\n",
+        )
+        .unwrap();
+        assert!(t.config.cpu_manager.prefer_closest_numa_nodes());
+        assert_eq!(t.config.cpu_manager.max_allowable_numa_nodes(), 12);
+        assert!(
+            !t.warnings.iter().any(|w| w.contains("topologyManager")),
+            "{:?}",
+            t.warnings
+        );
         // A zero period in a file is upstream's default.
         assert_eq!(
             load("cpuManagerReconcilePeriod: 0s\n")
@@ -213,6 +297,32 @@ mod tests {
             (
                 "topologyManagerPolicy: strict\n",
                 "topologyManagerPolicy (--topology-manager-policy)",
+            ),
+            (
+                "topologyManagerPolicyOptions: {bogus: \"true\"}\n",
+                "topologyManagerPolicyOptions: unknown Topology Manager Policy option: \"bogus\"",
+            ),
+            (
+                "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: maybe}\n",
+                "bad value for option \"prefer-closest-numa-nodes\": strconv.ParseBool: parsing \"maybe\": invalid syntax",
+            ),
+            (
+                "topologyManagerPolicyOptions: {max-allowable-numa-nodes: many}\n",
+                "unable to convert policy option to integer \"max-allowable-numa-nodes\": strconv.Atoi: parsing \"many\": invalid syntax",
+            ),
+            (
+                "topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"4\"}\n",
+                "the minimum value of \"max-allowable-numa-nodes\" should not be less than 8",
+            ),
+            (
+                "featureGates: {TopologyManagerPolicyBetaOptions: false}\n\
+                 topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"16\"}\n",
+                "Topology Manager Policy Beta-level Options not enabled, but option \"max-allowable-numa-nodes\" provided",
+            ),
+            (
+                "featureGates: {TopologyManagerPolicyOptions: false}\n\
+                 topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"true\"}\n",
+                "invalid configuration: topologyManagerPolicyOptions requires feature gate TopologyManagerPolicyOptions enabled",
             ),
         ] {
             let e = load(extra).unwrap_err().to_string();

@@ -188,7 +188,7 @@ pub const FIELDS: &[Field] = &[
     f("memoryManagerPolicy", Str, r#""None""#, NotYet),
     f("topologyManagerPolicy", Str, r#""none""#, Implemented),
     f("topologyManagerScope", Str, r#""container""#, Implemented),
-    f("topologyManagerPolicyOptions", StrMap, "", NotYet),
+    f("topologyManagerPolicyOptions", StrMap, "", Implemented),
     f("qosReserved", StrMap, "", NotYet),
     f("runtimeRequestTimeout", Duration, r#""2m0s""#, Implemented),
     f("hairpinMode", Str, r#""promiscuous-bridge""#, Ignored),

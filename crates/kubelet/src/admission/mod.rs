@@ -77,15 +77,6 @@ impl Rejection {
         }
     }
 
-    /// Upstream's resource allocation handler failing (`resourceAllocator.Admit`, the topology
-    /// manager's `unexpectedAdmissionError`).
-    pub fn unexpected(err: &dyn std::fmt::Display) -> Self {
-        Rejection {
-            reason: UNEXPECTED_ADMISSION_ERROR.into(),
-            message: format!("Allocate failed due to {err}, which is unexpected"),
-        }
-    }
-
     /// Upstream `InsufficientResourceError`: reason `OutOf<resource>` (`OutOfCPU` etc. are the
     /// same strings), message from its `Error()`.
     fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Self {
@@ -136,28 +127,50 @@ pub fn admit_pod_count(active: usize, max_pods: u32) -> Result<(), Rejection> {
     ))
 }
 
-/// Whether any container of the pod limits an extended resource: only such pods can need a
-/// device plugin's devices, so only they go through the device manager at admission.
-pub fn wants_extended(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return false;
-    };
-    spec.init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-        .filter_map(|c| c.resources.as_ref()?.limits.as_ref())
-        .any(|l| l.keys().any(|k| is_extended_resource(k)))
+/// Upstream `UpdatePluginResources` → `sanitizeNodeAllocatable`, run by the predicate handler
+/// after the resource allocation handler: a device plugin resource's allocatable is raised to
+/// the devices in use (the new pod's included), so a node status not yet updated for a plugin's
+/// devices cannot reject a pod whose devices were just allocated. None when nothing changes.
+pub fn sanitize_allocatable(
+    node: &NodeView,
+    allocated: &BTreeMap<String, i64>,
+) -> Option<NodeView> {
+    let mut out: Option<NodeView> = None;
+    for (resource, &needed) in allocated {
+        let have = node
+            .allocatable
+            .get(resource)
+            .and_then(|q| parse_milli(&q.0))
+            .map(|m| to_unit(resource, m));
+        if have.is_some_and(|h| h >= needed) {
+            continue;
+        }
+        out.get_or_insert_with(|| node.clone())
+            .allocatable
+            .insert(resource.clone(), Quantity(needed.to_string()));
+    }
+    out
+}
+
+/// Whether the pod requests an extended resource (only then can device allocations matter to
+/// the predicates).
+pub fn requests_extended(pod: &Pod) -> bool {
+    pod_requests(pod).keys().any(|k| is_extended_resource(k))
+}
+
+/// The sysctl allowlist, upstream's own admit handler, registered before the resource
+/// allocation handler and the predicates.
+pub fn admit_sysctls(pod: &Pod, node: &NodeView) -> Result<(), Rejection> {
+    node.sysctls.admit(pod).map_err(|message| Rejection {
+        reason: crate::sysctl::FORBIDDEN_REASON.into(),
+        message,
+    })
 }
 
 /// Admits `pod` given the pods already admitted and active on the node (`running`), in upstream's order;
 /// the first failing predicate gives the rejection.
 pub fn admit(pod: &Pod, node: &NodeView, running: &[&Pod]) -> Result<(), Rejection> {
-    // Upstream registers the sysctl allowlist handler before the predicate handler.
-    node.sysctls.admit(pod).map_err(|message| Rejection {
-        reason: crate::sysctl::FORBIDDEN_REASON.into(),
-        message,
-    })?;
+    admit_sysctls(pod, node)?;
     check_os(pod)?;
     check_resources(pod, node, running)?;
     if !node_affinity_matches(pod, node) {

@@ -1031,3 +1031,29 @@ fn forbidden_sysctl_rejected_before_the_predicates() {
         "forbidden sysctl: \"net.core.somaxconn\" not allowlisted"
     );
 }
+
+/// Upstream `sanitizeNodeAllocatable`: device resources' allocatable raised to what is in use,
+/// never lowered, the rest untouched.
+#[test]
+fn sanitize_allocatable_raises_device_resources_to_what_is_allocated() {
+    let n = node(&[
+        ("cpu", "4"),
+        ("example.com/gpu", "1"),
+        ("example.com/nic", "4"),
+    ]);
+    let allocated: BTreeMap<String, i64> = [
+        ("example.com/gpu".to_string(), 2),
+        ("example.com/nic".to_string(), 3),
+        ("example.com/new".to_string(), 1),
+    ]
+    .into_iter()
+    .collect();
+    let got = sanitize_allocatable(&n, &allocated).expect("changed");
+    let get = |r: &str| got.allocatable.get(r).map(|q| q.0.clone());
+    assert_eq!(get("example.com/gpu").as_deref(), Some("2"));
+    assert_eq!(get("example.com/nic").as_deref(), Some("4"));
+    assert_eq!(get("example.com/new").as_deref(), Some("1"));
+    assert_eq!(get("cpu").as_deref(), Some("4"));
+    let enough: BTreeMap<String, i64> = [("example.com/gpu".to_string(), 1)].into_iter().collect();
+    assert_eq!(sanitize_allocatable(&n, &enough), None);
+}

@@ -1,20 +1,23 @@
 //! Upstream's resource allocation admit handler (`topologymanager.Admit`, 1.20's
-//! `scope_container.go` / `scope_pod.go`): for a pod with exclusive CPU needs, the hint
-//! providers' hints are merged by the topology policy (scope `container`: per container, each
+//! `scope_container.go` / `scope_pod.go`, `resourceAllocator` with policy `none`): the hint
+//! providers (the device manager, then the CPU manager, in upstream's registration order) give
+//! their hints, the topology policy merges them (scope `container`: per container, each
 //! allocated before the next one's hints are asked; scope `pod`: once for the pod), a pod the
-//! policy cannot admit is rejected `TopologyAffinityError`, and the CPU manager allocates with
-//! the merged NUMA affinity. With policy `none` the CPU manager allocates without hints.
+//! policy cannot admit is rejected `TopologyAffinityError`, and both managers allocate with
+//! the merged NUMA affinity. With policy `none` they allocate without hints.
 //!
-//! Hint providers: the CPU manager. The device manager gives no hints yet (its devices count
-//! as "no preference"), so device-only pods are never rejected for topology.
+//! Upstream registers this handler before the predicates, so a pod the predicates reject
+//! already holds devices and CPUs; upstream frees them when the rejected pod is removed, here
+//! [`release`] frees them at once. Any failure here releases what the pod got so far too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::cpu::{policy::guaranteed_cpus, CpuHandle, PolicyError};
-use super::topology::{Policy, ProviderHints, Scope, TopologyAffinityError, TopologyHint};
+use super::devices::DeviceHandle;
+use super::topology::{BitMask, Policy, ProviderHints, Scope, TopologyAffinityError, TopologyHint};
 use crate::podutil;
 
 /// `topologyManagerPolicy`, `topologyManagerScope` and the NUMA nodes hints range over.
@@ -23,6 +26,15 @@ pub struct TopologySettings {
     pub policy: Policy,
     pub scope: Scope,
     pub numa_nodes: Vec<usize>,
+    /// The NUMA distances when `prefer-closest-numa-nodes` is on.
+    pub closest: Option<Arc<super::topology::NumaInfo>>,
+}
+
+impl TopologySettings {
+    fn merge(&self, hints: &[ProviderHints]) -> (TopologyHint, bool) {
+        self.policy
+            .merge_with(&self.numa_nodes, hints, self.closest.as_deref())
+    }
 }
 
 /// A rejection with upstream's reason and message.
@@ -53,7 +65,8 @@ fn topology_error() -> AdmitError {
     }
 }
 
-fn stopped(e: super::cpu::CpuError) -> AdmitError {
+/// Upstream `unexpectedAdmissionError` / `admission.GetPodAdmitResult` of an allocation error.
+fn unexpected(e: impl std::fmt::Display) -> AdmitError {
     AdmitError {
         reason: "UnexpectedAdmissionError".into(),
         message: format!("Allocate failed due to {e}, which is unexpected"),
@@ -67,61 +80,183 @@ fn provider(hints: Option<Vec<TopologyHint>>) -> ProviderHints {
     }
 }
 
-/// See the module doc. Pods without a Guaranteed integer CPU request cost nothing here.
+/// The hint providers and what they need to know of the node.
+pub struct Providers<'a> {
+    pub cpu: Option<&'a CpuHandle>,
+    pub devices: Option<&'a DeviceHandle>,
+    /// The pods admitted and still holding resources (the device manager frees the devices
+    /// of the others first).
+    pub active: HashSet<String>,
+}
+
+/// See the module doc; counts upstream's topology manager admission metrics. Pods that need
+/// neither exclusive CPUs nor device plugin devices cost no round trip.
 pub async fn allocate(
-    cpu: Option<&CpuHandle>,
+    p: &Providers<'_>,
     t: &TopologySettings,
     pod: &Arc<Pod>,
 ) -> Result<(), AdmitError> {
-    let Some(cpu) = cpu else { return Ok(()) };
-    let names: Vec<String> = podutil::init_containers(pod)
+    let m = crate::metrics::get();
+    m.topology_manager_admission_requests.inc();
+    let start = std::time::Instant::now();
+    let r = allocate_inner(p, t, pod).await;
+    m.topology_manager_admission_duration
+        .observe(start.elapsed().as_millis() as f64);
+    if r.is_err() {
+        m.topology_manager_admission_errors.inc();
+        release(p, podutil::uid(pod)).await;
+    }
+    r
+}
+
+/// Frees what [`allocate`] gave the pod (a later admit handler rejected it).
+pub async fn release(p: &Providers<'_>, uid: &str) {
+    if let Some(d) = p.devices {
+        d.release(uid).await;
+    }
+    if let Some(c) = p.cpu {
+        c.release(uid).await;
+    }
+}
+
+/// Whether a container limits an extended resource (only those can need devices).
+fn wants_devices(c: &k8s_openapi::api::core::v1::Container) -> bool {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .is_some_and(|l| l.keys().any(|k| crate::resources::is_extended_resource(k)))
+}
+
+/// One pod's pass through the providers.
+struct Run<'a> {
+    pod: &'a Arc<Pod>,
+    t: &'a TopologySettings,
+    active: &'a HashSet<String>,
+    cpu: Option<&'a CpuHandle>,
+    devices: Option<&'a DeviceHandle>,
+    /// The containers needing exclusive CPUs, and those limiting extended resources.
+    cpu_names: Vec<String>,
+    dev_names: Vec<String>,
+}
+
+fn wants(names: &[String], container: Option<&str>) -> bool {
+    container.is_none_or(|n| names.iter().any(|m| m == n))
+}
+
+impl Run<'_> {
+    /// Upstream `getTopologyHints` / `getPodTopologyHints` over the providers that care.
+    async fn hints(&self, container: Option<&str>) -> Result<Vec<ProviderHints>, AdmitError> {
+        let mut out = Vec::new();
+        let name = container.map(str::to_string);
+        if let Some(d) = self.devices.filter(|_| wants(&self.dev_names, container)) {
+            let h = d
+                .hints(
+                    self.pod.clone(),
+                    name.clone(),
+                    self.active.clone(),
+                    self.t.numa_nodes.clone(),
+                )
+                .await
+                .map_err(unexpected)?;
+            out.push(h);
+        }
+        if let Some(c) = self.cpu.filter(|_| wants(&self.cpu_names, container)) {
+            let h = c.hints(self.pod.clone(), name).await.map_err(unexpected)?;
+            out.push(provider(h));
+        }
+        Ok(out)
+    }
+
+    /// Upstream `allocateAlignedResources`: the device manager, then the CPU manager.
+    async fn allocate(
+        &self,
+        only: Option<&str>,
+        affinity: BTreeMap<String, BitMask>,
+    ) -> Result<(), AdmitError> {
+        let name = only.map(str::to_string);
+        if let Some(d) = self.devices.filter(|_| wants(&self.dev_names, only)) {
+            d.allocate(
+                self.pod.clone(),
+                self.active.clone(),
+                name.clone(),
+                affinity.clone(),
+            )
+            .await
+            .map_err(unexpected)?;
+        }
+        if let Some(c) = self.cpu.filter(|_| wants(&self.cpu_names, only)) {
+            c.allocate(self.pod.clone(), affinity, name)
+                .await
+                .map_err(unexpected)?
+                .map_err(AdmitError::from)?;
+        }
+        Ok(())
+    }
+}
+
+async fn allocate_inner(
+    p: &Providers<'_>,
+    t: &TopologySettings,
+    pod: &Arc<Pod>,
+) -> Result<(), AdmitError> {
+    let all: Vec<_> = podutil::init_containers(pod)
         .iter()
         .chain(podutil::containers(pod))
-        .filter(|c| guaranteed_cpus(pod, c) > 0)
-        .map(|c| c.name.clone())
         .collect();
-    if names.is_empty() {
+    let names = |keep: &dyn Fn(&k8s_openapi::api::core::v1::Container) -> bool| -> Vec<String> {
+        all.iter()
+            .filter(|c| keep(c))
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let run = Run {
+        pod,
+        t,
+        active: &p.active,
+        cpu_names: p
+            .cpu
+            .map(|_| names(&|c| guaranteed_cpus(pod, c) > 0))
+            .unwrap_or_default(),
+        dev_names: p.devices.map(|_| names(&wants_devices)).unwrap_or_default(),
+        cpu: None,
+        devices: None,
+    };
+    let run = Run {
+        cpu: p.cpu.filter(|_| !run.cpu_names.is_empty()),
+        devices: p.devices.filter(|_| !run.dev_names.is_empty()),
+        ..run
+    };
+    if run.cpu.is_none() && run.devices.is_none() {
         return Ok(());
     }
     match (t.policy, t.scope) {
-        (Policy::None, _) => cpu
-            .allocate(pod.clone(), BTreeMap::new(), None)
-            .await
-            .map_err(stopped)?
-            .map_err(AdmitError::from),
-        (policy, Scope::Pod) => {
-            let hints = cpu.hints(pod.clone(), None).await.map_err(stopped)?;
-            let (best, admit) = policy.merge(&t.numa_nodes, &[provider(hints)]);
+        (Policy::None, _) => run.allocate(None, BTreeMap::new()).await,
+        (_, Scope::Pod) => {
+            let (best, admit) = t.merge(&run.hints(None).await?);
             if !admit {
                 return Err(topology_error());
             }
             let affinity = best
                 .numa_affinity
-                .map(|m| names.iter().map(|n| (n.clone(), m)).collect())
+                .map(|m| all.iter().map(|c| (c.name.clone(), m)).collect())
                 .unwrap_or_default();
-            cpu.allocate(pod.clone(), affinity, None)
-                .await
-                .map_err(stopped)?
-                .map_err(AdmitError::from)
+            run.allocate(None, affinity).await
         }
-        (policy, Scope::Container) => {
-            for name in names {
-                let hints = cpu
-                    .hints(pod.clone(), Some(name.clone()))
-                    .await
-                    .map_err(stopped)?;
-                let (best, admit) = policy.merge(&t.numa_nodes, &[provider(hints)]);
+        (_, Scope::Container) => {
+            for c in &all {
+                let name = c.name.as_str();
+                if !wants(&run.cpu_names, Some(name)) && !wants(&run.dev_names, Some(name)) {
+                    continue;
+                }
+                let (best, admit) = t.merge(&run.hints(Some(name)).await?);
                 if !admit {
                     return Err(topology_error());
                 }
                 let affinity = best
                     .numa_affinity
-                    .map(|m| [(name.clone(), m)].into_iter().collect())
+                    .map(|m| [(name.to_string(), m)].into_iter().collect())
                     .unwrap_or_default();
-                cpu.allocate(pod.clone(), affinity, Some(name))
-                    .await
-                    .map_err(stopped)?
-                    .map_err(AdmitError::from)?;
+                run.allocate(Some(name), affinity).await?;
             }
             Ok(())
         }

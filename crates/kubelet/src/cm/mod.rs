@@ -221,12 +221,14 @@ impl ContainerManager {
         policy: topology::Policy,
         scope: topology::Scope,
         numa_nodes: Vec<usize>,
+        closest: Option<topology::NumaInfo>,
     ) -> ContainerManager {
         self.cpu = cpu;
         self.topology = admit::TopologySettings {
             policy,
             scope,
             numa_nodes,
+            closest: closest.map(Arc::new),
         };
         self
     }
@@ -235,10 +237,36 @@ impl ContainerManager {
         self.cpu.as_ref()
     }
 
-    /// Upstream's resource allocation admit handler (the topology manager's `Admit` calling
-    /// the CPU manager's `Allocate`): see [`admit::allocate`].
-    pub async fn admit_cpus(&self, pod: &Arc<Pod>) -> Result<(), AdmitError> {
-        admit::allocate(self.cpu.as_ref(), &self.topology, pod).await
+    /// Upstream's resource allocation admit handler (the topology manager's `Admit` over the
+    /// device and CPU managers): see [`admit::allocate`]. `active`: the UIDs of the pods
+    /// admitted and still holding resources.
+    pub async fn allocate_resources(
+        &self,
+        pod: &Arc<Pod>,
+        active: HashSet<String>,
+    ) -> Result<(), AdmitError> {
+        admit::allocate(&self.providers(active), &self.topology, pod).await
+    }
+
+    /// Devices in use per device plugin resource (empty without a device manager).
+    pub async fn allocated_devices(&self) -> std::collections::BTreeMap<String, i64> {
+        match &self.devices {
+            Some(d) => d.allocated_counts().await.unwrap_or_default(),
+            None => Default::default(),
+        }
+    }
+
+    /// Frees the devices and CPUs of a pod a later admit handler rejected.
+    pub async fn release_resources(&self, uid: &str) {
+        admit::release(&self.providers(HashSet::new()), uid).await
+    }
+
+    fn providers(&self, active: HashSet<String>) -> admit::Providers<'_> {
+        admit::Providers {
+            cpu: self.cpu.as_ref(),
+            devices: self.devices.as_ref(),
+            active,
+        }
     }
 
     /// A manager that manages no cgroups (`cgroupsPerQOS: false`): containers still get the

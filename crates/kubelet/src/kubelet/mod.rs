@@ -49,6 +49,8 @@ pub enum KubeletError {
     Devices(#[from] crate::cm::devices::DeviceError),
     #[error("start cpu manager error: {0}")]
     Cpu(#[from] crate::cm::cpu::CpuError),
+    #[error("topology manager: {0}")]
+    Topology(#[from] crate::cm::topology::numa::NumaError),
     #[error("pod resources API: {0}")]
     PodResources(#[from] crate::podresources::PodResourcesError),
     #[error("eviction thresholds: {0}")]

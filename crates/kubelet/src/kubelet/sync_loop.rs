@@ -240,40 +240,49 @@ impl<S: PodSyncer> SyncLoop<S> {
         self.workers.update(pod);
     }
 
-    /// Upstream `canAdmitPod`: node pressure first (the eviction manager's handler), then the
-    /// predicates against the pods already admitted and still active. A pod whose containers
-    /// already run (adopted after a restart) holds its resources already and is not re-checked.
-    /// Between the two, upstream's resource allocation handler: a pod asking for a device plugin
-    /// resource gets its devices now, or is rejected `UnexpectedAdmissionError`.
+    /// Upstream `canAdmitPod` with 1.20's handler order (`NewMainKubelet`): node pressure (the
+    /// eviction manager's handler), the sysctl allowlist, the resource allocation handler (the
+    /// topology manager over the device and CPU managers: devices and exclusive CPUs are
+    /// allocated now, or the pod is rejected `TopologyAffinityError` /
+    /// `UnexpectedAdmissionError`), then the predicates against the pods already admitted and
+    /// still active. A pod the predicates reject gives its devices and CPUs back at once
+    /// (upstream frees them when the rejected pod is removed). A pod whose containers already
+    /// run (adopted after a restart) holds its resources already and is not re-checked.
     async fn admit(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
         let uid = podutil::uid(pod);
         if self.runtime_pods.borrow().pods.iter().any(|r| r.uid == uid) {
             return Ok(());
         }
         admission::pressure::admit(pod, &self.eviction.pressure().conditions)?;
+        admission::admit_sysctls(pod, &self.node_view)?;
         let active: Vec<&Pod> = self
             .pods
             .iter()
             .filter(|(u, _)| self.workers.holds_resources(u))
             .map(|(_, p)| &**p)
             .collect();
-        if let Some(devices) = self.cm.devices().filter(|_| admission::wants_extended(pod)) {
-            let uids = active.iter().map(|p| podutil::uid(p).to_string()).collect();
-            devices
-                .allocate(pod.clone(), uids)
-                .await
-                .map_err(|e| admission::Rejection::unexpected(&e))?;
-        }
-        admission::admit(pod, &self.node_view, &active)?;
-        // Upstream's topology manager admit handler with the CPU manager's `Allocate`: after the
-        // predicates, so a pod rejected for its requests never holds exclusive CPUs.
+        let uids = active.iter().map(|p| podutil::uid(p).to_string()).collect();
         self.cm
-            .admit_cpus(pod)
+            .allocate_resources(pod, uids)
             .await
             .map_err(|e| admission::Rejection {
                 reason: e.reason,
                 message: e.message,
-            })
+            })?;
+        // Upstream's predicate handler first raises device resources' allocatable to what is
+        // allocated (`UpdatePluginResources`).
+        let sanitized = match admission::requests_extended(pod) {
+            true => {
+                admission::sanitize_allocatable(&self.node_view, &self.cm.allocated_devices().await)
+            }
+            false => None,
+        };
+        let node = sanitized.as_ref().unwrap_or(&self.node_view);
+        if let Err(r) = admission::admit(pod, node, &active) {
+            self.cm.release_resources(uid).await;
+            return Err(r);
+        }
+        Ok(())
     }
 
     /// Upstream `killPodFunc` for the eviction manager: the pod is stopped through its worker

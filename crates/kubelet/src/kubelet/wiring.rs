@@ -309,11 +309,24 @@ impl Wiring<'_> {
         // Both were validated with the configuration.
         let policy = c.topology_policy.parse().unwrap_or_default();
         let scope = c.topology_scope.parse().unwrap_or_default();
-        let numa = crate::cm::cpu::topology::numa_nodes(std::path::Path::new("/sys"));
+        let sys = std::path::Path::new("/sys");
+        let numa = crate::cm::cpu::topology::numa_nodes(sys);
+        // Upstream `topologymanager.NewManager`: the options, the node limit, the distances.
+        let opts = crate::cm::topology::PolicyOptions {
+            prefer_closest_numa: c.prefer_closest_numa_nodes(),
+            max_allowable_numa_nodes: c.max_allowable_numa_nodes(),
+        };
+        crate::cm::topology::numa::check_node_count(policy, &numa, &opts)?;
+        let closest = match opts.prefer_closest_numa {
+            true => Some(crate::cm::topology::NumaInfo::discover(sys, &numa)?),
+            false => None,
+        };
         if policy != crate::cm::topology::Policy::None {
-            info!(policy = %c.topology_policy, scope = %c.topology_scope, numa_nodes = ?numa, "topology manager enabled");
+            info!(policy = %c.topology_policy, scope = %c.topology_scope, numa_nodes = ?numa, options = ?c.topology_policy_options, "topology manager enabled");
         }
-        Ok(cm.with_devices(devices).with_cpu(cpu, policy, scope, numa))
+        Ok(cm
+            .with_devices(devices)
+            .with_cpu(cpu, policy, scope, numa, closest))
     }
 
     /// The CPU manager (upstream `cpumanager.NewManager` + `Start`): with the static policy a

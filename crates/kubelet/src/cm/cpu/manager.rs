@@ -153,6 +153,22 @@ impl Manager {
             Command::Allocatable { reply } => {
                 let _ = reply.send(self.policy.allocatable());
             }
+            Command::Release { uid } => {
+                let names: Vec<String> = self
+                    .state
+                    .assignments
+                    .get(&uid)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                for c in &names {
+                    self.policy.remove_container(&mut self.state, &uid, c);
+                }
+                if !names.is_empty() {
+                    info!(uid = %uid, "[cpumanager] a pod not admitted gave its CPUs back to the shared pool");
+                    self.save().await;
+                    self.reconcile().await;
+                }
+            }
             Command::Retain { active } => {
                 let removed = self.remove_stale(&active);
                 self.active = Some(active);
@@ -181,8 +197,14 @@ impl Manager {
             .filter(|c| only.is_none_or(|o| o == c.name))
             .cloned()
             .collect();
+        let m = crate::metrics::get();
         for c in &containers {
             let had = self.state.get(&uid, &c.name).is_some();
+            // Upstream counts in the static policy's `Allocate`, for every container that
+            // needs pinning, already pinned or not.
+            if super::policy::guaranteed_cpus(pod, c) > 0 {
+                m.cpu_manager_pinning_requests.inc();
+            }
             match self
                 .policy
                 .allocate(&mut self.state, pod, c, affinity.get(&c.name).copied())
@@ -195,6 +217,7 @@ impl Manager {
                 }
                 Ok(None) => {}
                 Err(e) => {
+                    m.cpu_manager_pinning_errors.inc();
                     for name in done {
                         self.policy.remove_container(&mut self.state, &uid, &name);
                     }

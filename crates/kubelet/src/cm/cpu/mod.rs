@@ -90,6 +90,10 @@ pub(crate) enum Command {
     Retain {
         active: HashSet<String>,
     },
+    /// A pod a later admit handler rejected: its exclusive CPUs go back to the pool.
+    Release {
+        uid: String,
+    },
 }
 
 /// The cheap handle to the CPU manager task.
@@ -162,6 +166,13 @@ impl CpuHandle {
     /// Upstream `GetAllocatableCPUs`.
     pub async fn allocatable(&self) -> Result<CpuSet, CpuError> {
         self.ask(|reply| Command::Allocatable { reply }).await
+    }
+
+    /// Frees the exclusive CPUs of a pod that was not admitted after all (upstream frees them
+    /// when the rejected pod is removed, in `removeStaleState`).
+    pub async fn release(&self, uid: &str) {
+        let uid = uid.to_string();
+        let _ = self.tx.send(Command::Release { uid }).await;
     }
 
     /// The pods still holding resources (upstream `activePods` for `removeStaleState`): every

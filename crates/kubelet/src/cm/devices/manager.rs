@@ -18,9 +18,11 @@ use tracing::{debug, info, warn};
 
 use super::api::{self, device_plugin_client::DevicePluginClient};
 use super::checkpoint;
+use super::hints::{limit, limit_names, Plan};
 use super::plugins::{self, Event};
 use super::state::{self, Allocation, Need, State};
 use super::{AssignedDevices, Command, ContainerDevices, DeviceError};
+use crate::cm::topology::{BitMask, ProviderHints};
 use crate::podutil;
 
 /// Bound on `Allocate` and `GetPreferredAllocation` (upstream has none; a plugin that never
@@ -43,6 +45,9 @@ pub struct Manager {
     pending: BTreeMap<String, u64>,
     generation: u64,
     tasks: JoinSet<()>,
+    /// The devices the init containers of the pod being admitted left for the containers
+    /// after them (upstream `devicesToReuse`, kept for one pod at a time).
+    reuse: (String, BTreeMap<String, BTreeSet<String>>),
 }
 
 fn rpc_error(
@@ -65,21 +70,6 @@ fn rpc_error(
         }),
         Ok(Ok(_)) => Ok(()),
     }
-}
-
-/// A container's whole-unit limit of `resource` (extended resources are integers).
-fn limit(c: &Container, resource: &str) -> Option<usize> {
-    let q = c.resources.as_ref()?.limits.as_ref()?.get(resource)?;
-    let milli = crate::resources::parse_milli(&q.0)?;
-    usize::try_from((milli + 999) / 1000).ok()
-}
-
-fn limit_names(c: &Container) -> Vec<String> {
-    c.resources
-        .as_ref()
-        .and_then(|r| r.limits.as_ref())
-        .map(|l| l.keys().cloned().collect())
-        .unwrap_or_default()
 }
 
 impl Manager {
@@ -116,6 +106,7 @@ impl Manager {
             pending: BTreeMap::new(),
             generation: 0,
             tasks: JoinSet::new(),
+            reuse: Default::default(),
         }
     }
 
@@ -151,8 +142,44 @@ impl Manager {
 
     async fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Allocate { pod, active, reply } => {
-                let _ = reply.send(self.allocate_pod(&pod, active).await);
+            Command::Allocate {
+                pod,
+                active,
+                only,
+                affinity,
+                reply,
+            } => {
+                let r = self.allocate_pod(&pod, active, only, &affinity).await;
+                let _ = reply.send(r);
+            }
+            Command::Hints {
+                pod,
+                container,
+                active,
+                numa_nodes,
+                reply,
+            } => {
+                let _ = reply.send(self.hints(&pod, container, active, &numa_nodes));
+            }
+            Command::AllocatedCounts { reply } => {
+                let counts = self
+                    .state
+                    .allocated
+                    .iter()
+                    .map(|(r, ids)| (r.clone(), ids.len() as i64))
+                    .collect();
+                let _ = reply.send(counts);
+            }
+            Command::Release { uid } => {
+                let mut active: HashSet<String> = self.state.pods.keys().cloned().collect();
+                active.remove(&uid);
+                if self.state.remove_inactive(&active) {
+                    info!(pod_uid = %uid, "devices of a pod not admitted went back to the pool");
+                    self.write_checkpoint().await.ok();
+                }
+                if self.reuse.0 == uid {
+                    self.reuse = Default::default();
+                }
             }
             Command::RunOptions {
                 pod,
@@ -173,28 +200,7 @@ impl Manager {
                 let _ = reply.send(self.assigned());
             }
             Command::Allocatable { reply } => {
-                let out = self
-                    .state
-                    .healthy
-                    .iter()
-                    .flat_map(|(r, ids)| {
-                        ids.iter().map(|id| {
-                            let dev = self
-                                .state
-                                .all
-                                .get(r)
-                                .and_then(|m| m.get(id))
-                                .cloned()
-                                .unwrap_or(api::Device {
-                                    id: id.clone(),
-                                    health: api::HEALTHY.into(),
-                                    topology: None,
-                                });
-                            (r.clone(), dev)
-                        })
-                    })
-                    .collect();
-                let _ = reply.send(out);
+                let _ = reply.send(self.state.allocatable_devices());
             }
             Command::Plugin(ev) => self.plugin_event(ev).await,
         }
@@ -306,12 +312,52 @@ impl Manager {
         })
     }
 
-    /// Upstream `resourceAllocator.Admit` → `Allocate` for each init, then regular container;
-    /// an init container's devices may be reused by the containers after it.
+    /// Upstream `GetTopologyHints` (a container) or `GetPodTopologyHints` (None), after
+    /// devices of pods no longer active went back to the pool (upstream
+    /// `UpdateAllocatedDevices`).
+    fn hints(
+        &mut self,
+        pod: &Pod,
+        container: Option<String>,
+        mut active: HashSet<String>,
+        numa_nodes: &[usize],
+    ) -> ProviderHints {
+        let uid = podutil::uid(pod).to_string();
+        active.insert(uid.clone());
+        self.state.remove_inactive(&active);
+        let Some(name) = container else {
+            return self.state.pod_hints(numa_nodes, pod);
+        };
+        let Some(c) = podutil::init_containers(pod)
+            .iter()
+            .chain(podutil::containers(pod))
+            .find(|c| c.name == name)
+        else {
+            return ProviderHints::new();
+        };
+        let empty = BTreeMap::new();
+        let reuse = if self.reuse.0 == uid {
+            &self.reuse.1
+        } else {
+            &empty
+        };
+        let hints = self.state.container_hints(numa_nodes, &uid, c, reuse);
+        for (r, h) in &hints {
+            debug!(pod = %podutil::describe(pod), container = %name, resource = %r, hints = ?h, "[devicemanager] topology hints");
+        }
+        hints
+    }
+
+    /// Upstream `resourceAllocator.Admit` / the topology manager's `allocateAlignedResources` →
+    /// `Allocate` for each init, then regular container (`only`: just that one, for the
+    /// topology manager's container scope), each aligned to its affinity when there is one; an
+    /// init container's devices may be reused by the containers after it.
     async fn allocate_pod(
         &mut self,
         pod: &Pod,
         mut active: HashSet<String>,
+        only: Option<String>,
+        affinity: &BTreeMap<String, BitMask>,
     ) -> Result<(), DeviceError> {
         let uid = podutil::uid(pod).to_string();
         active.insert(uid.clone());
@@ -321,11 +367,23 @@ impl Manager {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
         };
-        let mut reusable: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        if only.is_none() || self.reuse.0 != uid {
+            self.reuse = (uid.clone(), BTreeMap::new());
+        }
+        let mut reusable = std::mem::take(&mut self.reuse.1);
         let mut changed = false;
         let inits = spec.init_containers.iter().flatten().map(|c| (c, true));
-        for (c, init) in inits.chain(spec.containers.iter().map(|c| (c, false))) {
-            changed |= self.allocate_container(&uid, c, &reusable).await?;
+        let all = inits.chain(spec.containers.iter().map(|c| (c, false)));
+        let mut result = Ok(());
+        for (c, init) in all.filter(|(c, _)| only.as_ref().is_none_or(|o| *o == c.name)) {
+            let aff = affinity.get(&c.name).copied();
+            match self.allocate_container(&uid, c, &reusable, aff).await {
+                Ok(ch) => changed |= ch,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
             let held = self
                 .state
                 .pods
@@ -342,10 +400,11 @@ impl Manager {
                 }
             }
         }
+        self.reuse.1 = reusable;
         if changed {
             self.write_checkpoint().await?;
         }
-        Ok(())
+        result
     }
 
     /// Upstream `allocateContainerResources`; true when it allocated anything.
@@ -354,6 +413,7 @@ impl Manager {
         uid: &str,
         c: &Container,
         reusable: &BTreeMap<String, BTreeSet<String>>,
+        affinity: Option<BitMask>,
     ) -> Result<bool, DeviceError> {
         let mut changed = false;
         for resource in limit_names(c) {
@@ -363,31 +423,34 @@ impl Manager {
             let required = limit(c, &resource).unwrap_or(0);
             let empty = BTreeSet::new();
             let reuse = reusable.get(&resource).unwrap_or(&empty);
-            let (needed, reuse, available) = match self
+            let (reuse, available) = match self
                 .state
                 .devices_to_allocate(uid, &c.name, &resource, required, reuse)?
             {
                 Need::Satisfied => continue,
                 Need::Choose {
-                    needed,
                     reusable,
                     available,
-                } => (needed, reusable, available),
+                    ..
+                } => (reusable, available),
             };
             let plugin = self.plugins.get(&resource);
             let client = plugin
                 .and_then(|p| p.client.clone())
                 .ok_or_else(|| DeviceError::UnknownPlugin(resource.clone()))?;
+            let split = self
+                .state
+                .filter_by_affinity(&resource, &available, affinity);
+            let plan = Plan::new(required, &reuse, split);
             let mut preferred = Vec::new();
-            if needed > 0 && plugin.is_some_and(|p| p.options.get_preferred_allocation_available) {
+            let ask = plan
+                .ask()
+                .filter(|_| plugin.is_some_and(|p| p.options.get_preferred_allocation_available));
+            if let Some((offered, must_include)) = ask {
                 let req = api::PreferredAllocationRequest {
                     container_requests: vec![api::ContainerPreferredAllocationRequest {
-                        available_device_i_ds: available
-                            .iter()
-                            .chain(reuse.iter())
-                            .cloned()
-                            .collect(),
-                        must_include_device_i_ds: reuse.iter().cloned().collect(),
+                        available_device_i_ds: offered.into_iter().collect(),
+                        must_include_device_i_ds: must_include.into_iter().collect(),
                         allocation_size: required as i32,
                     }],
                 };
@@ -404,7 +467,7 @@ impl Manager {
                 }
                 rpc_error("GetPreferredAllocation", r)?;
             }
-            let chosen = state::choose(needed, &reuse, &available, &preferred);
+            let chosen = plan.finish(&preferred);
             debug!(resource = %resource, devices = ?chosen, "making allocation request for devices");
             let req = api::AllocateRequest {
                 container_requests: vec![api::ContainerAllocateRequest {
@@ -486,7 +549,10 @@ impl Manager {
         }
         if realloc {
             info!(pod = %podutil::describe(pod), container, "needs re-allocate device plugin resources");
-            if self.allocate_container(&uid, c, &BTreeMap::new()).await? {
+            if self
+                .allocate_container(&uid, c, &BTreeMap::new(), None)
+                .await?
+            {
                 self.write_checkpoint().await?;
             }
         }

@@ -11,11 +11,12 @@
 
 pub mod api;
 pub mod checkpoint;
+pub mod hints;
 mod manager;
 mod plugins;
 pub mod state;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,6 +25,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 pub use state::{Capacity, RunOptions};
+
+use crate::cm::topology::{BitMask, ProviderHints};
 
 /// The device plugin directory under the root dir (upstream `DevicePluginPath`).
 pub const DIR_NAME: &str = "device-plugins";
@@ -84,7 +87,25 @@ pub(crate) enum Command {
     Allocate {
         pod: Arc<Pod>,
         active: HashSet<String>,
+        only: Option<String>,
+        affinity: BTreeMap<String, BitMask>,
         reply: oneshot::Sender<Result<(), DeviceError>>,
+    },
+    Hints {
+        pod: Arc<Pod>,
+        container: Option<String>,
+        active: HashSet<String>,
+        numa_nodes: Vec<usize>,
+        reply: oneshot::Sender<ProviderHints>,
+    },
+    /// Devices in use per resource (upstream `allocatedDevices[r].Len()`).
+    AllocatedCounts {
+        reply: oneshot::Sender<BTreeMap<String, i64>>,
+    },
+    /// A pod a later admit handler rejected: its devices go back (upstream frees them when
+    /// the rejected pod is removed).
+    Release {
+        uid: String,
     },
     RunOptions {
         pod: Arc<Pod>,
@@ -123,16 +144,57 @@ impl DeviceHandle {
         rx.await.map_err(|_| DeviceError::Stopped)
     }
 
-    /// Upstream `resourceAllocator.Admit`: devices for each init and regular container of a
-    /// pod being admitted. `active` are the UIDs of the pods admitted and still running (the
-    /// devices of any other pod go back to the pool first, upstream `UpdateAllocatedDevices`).
+    /// Upstream `Allocate`: devices for each init and regular container of a pod being
+    /// admitted (`only`: that container alone, for the topology manager's container scope),
+    /// on the NUMA nodes of each container's `affinity` where it has one. `active` are the
+    /// UIDs of the pods admitted and still running (the devices of any other pod go back to
+    /// the pool first, upstream `UpdateAllocatedDevices`).
     pub async fn allocate(
         &self,
         pod: Arc<Pod>,
         active: HashSet<String>,
+        only: Option<String>,
+        affinity: BTreeMap<String, BitMask>,
     ) -> Result<(), DeviceError> {
-        self.ask(|reply| Command::Allocate { pod, active, reply })
-            .await?
+        self.ask(|reply| Command::Allocate {
+            pod,
+            active,
+            only,
+            affinity,
+            reply,
+        })
+        .await?
+    }
+
+    /// Upstream `GetTopologyHints` (a container) or `GetPodTopologyHints` (None) over
+    /// `numa_nodes`.
+    pub async fn hints(
+        &self,
+        pod: Arc<Pod>,
+        container: Option<String>,
+        active: HashSet<String>,
+        numa_nodes: Vec<usize>,
+    ) -> Result<ProviderHints, DeviceError> {
+        self.ask(|reply| Command::Hints {
+            pod,
+            container,
+            active,
+            numa_nodes,
+            reply,
+        })
+        .await
+    }
+
+    /// How many devices of each resource are in use, for the predicates' view of node
+    /// allocatable (upstream `UpdatePluginResources`).
+    pub async fn allocated_counts(&self) -> Result<BTreeMap<String, i64>, DeviceError> {
+        self.ask(|reply| Command::AllocatedCounts { reply }).await
+    }
+
+    /// Frees the devices of a pod that was not admitted after all.
+    pub async fn release(&self, uid: &str) {
+        let uid = uid.to_string();
+        let _ = self.tx.send(Command::Release { uid }).await;
     }
 
     /// Upstream `GetDeviceRunContainerOptions`: `PreStartContainer` where the plugin asks for it,

@@ -162,6 +162,28 @@ impl State {
         out
     }
 
+    /// Upstream `GetAllocatableDevices`: every healthy device, by resource.
+    pub fn allocatable_devices(&self) -> Vec<(String, api::Device)> {
+        self.healthy
+            .iter()
+            .flat_map(|(r, ids)| {
+                ids.iter().map(|id| {
+                    let dev =
+                        self.all
+                            .get(r)
+                            .and_then(|m| m.get(id))
+                            .cloned()
+                            .unwrap_or(api::Device {
+                                id: id.clone(),
+                                health: api::HEALTHY.into(),
+                                topology: None,
+                            });
+                    (r.clone(), dev)
+                })
+            })
+            .collect()
+    }
+
     /// Upstream `isDevicePluginResource`.
     pub fn is_device_resource(&self, resource: &str) -> bool {
         self.healthy.contains_key(resource) || self.allocated.contains_key(resource)
@@ -432,32 +454,6 @@ impl State {
         }
         (out, conflicts)
     }
-}
-
-/// Upstream's choice after `GetPreferredAllocation` (no NUMA alignment: the topology manager
-/// is not there, so every device counts as "no affinity"): reusable devices first, then the
-/// plugin's preferred ones that are available, then the rest in ID order.
-pub fn choose(
-    need: usize,
-    reusable: &BTreeSet<String>,
-    available: &BTreeSet<String>,
-    preferred: &[String],
-) -> BTreeSet<String> {
-    let mut out: BTreeSet<String> = reusable.clone();
-    let mut left = need;
-    for d in preferred
-        .iter()
-        .filter(|d| available.contains(*d))
-        .chain(available.iter())
-    {
-        if left == 0 {
-            break;
-        }
-        if out.insert(d.clone()) {
-            left -= 1;
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -153,7 +153,14 @@ fn choose_prefers_reusable_then_plugin_preference_then_id_order() {
     ];
     for (need, reusable, preferred, want) in cases {
         let preferred: Vec<String> = preferred.into_iter().map(String::from).collect();
-        assert_eq!(choose(need, &reusable, &avail, &preferred), want);
+        // Without an affinity every available device is "no affinity" (upstream
+        // `filterByAffinity` without a hint).
+        let split = crate::cm::devices::hints::Split {
+            no_affinity: avail.clone(),
+            ..Default::default()
+        };
+        let plan = crate::cm::devices::hints::Plan::new(need + reusable.len(), &reusable, split);
+        assert_eq!(plan.finish(&preferred), want);
     }
 }
 

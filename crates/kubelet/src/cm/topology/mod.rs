@@ -8,8 +8,10 @@
 //! and stores nothing here (the affinity goes straight into the allocation).
 
 mod bitmask;
+pub mod numa;
 
 pub use bitmask::BitMask;
+pub use numa::{NumaInfo, PolicyOptions};
 
 use std::collections::BTreeMap;
 
@@ -119,8 +121,14 @@ fn merge_permutation(default: BitMask, permutation: &[TopologyHint]) -> Topology
 }
 
 /// Upstream `iterateAllProviderTopologyHints` + `mergeFilteredHints`: every combination of one
-/// hint per resource; preferred beats not preferred, then the narrower mask wins.
-fn merge_filtered_hints(numa_nodes: &[usize], filtered: &[Vec<TopologyHint>]) -> TopologyHint {
+/// hint per resource; preferred beats not preferred, then the narrower mask wins. With
+/// `closest` (option `prefer-closest-numa-nodes`), between two preferred masks the closer one
+/// wins (upstream `HintMerger`'s `NUMAInfo.Closest`).
+fn merge_filtered_hints(
+    numa_nodes: &[usize],
+    filtered: &[Vec<TopologyHint>],
+    closest: Option<&NumaInfo>,
+) -> TopologyHint {
     let default = BitMask::from_nodes(numa_nodes);
     let mut best = TopologyHint {
         numa_affinity: Some(default),
@@ -137,9 +145,13 @@ fn merge_filtered_hints(numa_nodes: &[usize], filtered: &[Vec<TopologyHint>]) ->
         let merged = merge_permutation(default, &perm);
         let mask = merged.numa_affinity.unwrap_or(default);
         let best_mask = best.numa_affinity.unwrap_or(default);
-        // Preferred beats not preferred; between equals the narrower mask wins.
-        let better = (merged.preferred && !best.preferred)
-            || (merged.preferred == best.preferred && mask.is_narrower_than(best_mask));
+        // Preferred beats not preferred; between equals the narrower (or closer) mask wins.
+        let wins = match closest.filter(|_| merged.preferred && best.preferred) {
+            Some(info) => mask != best_mask && info.closest(best_mask, mask) == mask,
+            None => mask.is_narrower_than(best_mask),
+        };
+        let better =
+            (merged.preferred && !best.preferred) || (merged.preferred == best.preferred && wins);
         if mask.count() != 0 && better {
             best = merged;
         }
@@ -173,6 +185,17 @@ fn filter_single_numa_hints(all: Vec<Vec<TopologyHint>>) -> Vec<Vec<TopologyHint
 impl Policy {
     /// Upstream `Policy.Merge`: the best hint and whether the pod may be admitted with it.
     pub fn merge(&self, numa_nodes: &[usize], providers: &[ProviderHints]) -> (TopologyHint, bool) {
+        self.merge_with(numa_nodes, providers, None)
+    }
+
+    /// [`Policy::merge`] with `prefer-closest-numa-nodes`' distances (ignored by
+    /// `single-numa-node`, whose hints are one node wide, as upstream).
+    pub fn merge_with(
+        &self,
+        numa_nodes: &[usize],
+        providers: &[ProviderHints],
+        closest: Option<&NumaInfo>,
+    ) -> (TopologyHint, bool) {
         match self {
             Policy::None => (
                 TopologyHint {
@@ -182,13 +205,14 @@ impl Policy {
                 true,
             ),
             Policy::BestEffort | Policy::Restricted => {
-                let best = merge_filtered_hints(numa_nodes, &filter_providers_hints(providers));
+                let best =
+                    merge_filtered_hints(numa_nodes, &filter_providers_hints(providers), closest);
                 let admit = *self == Policy::BestEffort || best.preferred;
                 (best, admit)
             }
             Policy::SingleNumaNode => {
                 let filtered = filter_single_numa_hints(filter_providers_hints(providers));
-                let mut best = merge_filtered_hints(numa_nodes, &filtered);
+                let mut best = merge_filtered_hints(numa_nodes, &filtered, None);
                 if best.numa_affinity == Some(BitMask::from_nodes(numa_nodes)) {
                     best.numa_affinity = None;
                 }

@@ -356,3 +356,50 @@ fn hint_generation() {
         vec![h(&[1], true), h(&[0, 1], false)]
     );
 }
+
+/// `prefer-closest-numa-nodes`: between two preferred two-node masks, the closer pair wins
+/// over the lower-numbered one the default rule picks; `single-numa-node` ignores it.
+#[test]
+fn prefer_closest_numa_nodes_merge() {
+    let info = NumaInfo {
+        nodes: vec![0, 1, 2, 3],
+        distances: [
+            (0, vec![10, 20, 11, 12]),
+            (1, vec![20, 10, 12, 11]),
+            (2, vec![11, 12, 10, 11]),
+            (3, vec![12, 11, 11, 10]),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    let nodes = [0, 1, 2, 3];
+    let p: ProviderHints = [(
+        "resource".to_string(),
+        Some(vec![
+            h(&[0, 1], true),
+            h(&[0, 2], true),
+            h(&[0, 1, 2, 3], false),
+        ]),
+    )]
+    .into_iter()
+    .collect();
+    let providers = [p];
+    for policy in [Policy::BestEffort, Policy::Restricted] {
+        assert_eq!(policy.merge(&nodes, &providers), (h(&[0, 1], true), true));
+        assert_eq!(
+            policy.merge_with(&nodes, &providers, Some(&info)),
+            (h(&[0, 2], true), true)
+        );
+    }
+    // Narrower still beats closer, and non-preferred hints keep the default rule.
+    let q: ProviderHints = [(
+        "resource".to_string(),
+        Some(vec![h(&[0, 2], true), h(&[1], true)]),
+    )]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        Policy::BestEffort.merge_with(&nodes, &[q], Some(&info)),
+        (h(&[1], true), true)
+    );
+}
