@@ -480,7 +480,14 @@ impl Pleg {
         self.late.retain(|_, t| t.elapsed() < LATE_KEPT);
         if covered {
             let m = crate::metrics::get();
-            for e in events.iter().filter(|e| self.late.remove(&e.id).is_none()) {
+            // Deaths are what the events serve (`events::expect_of_topic`); the kubelet's own
+            // starts and removals are not read for their events, so not "missed".
+            let served = |e: &&PodLifecycleEvent| e.kind == EventKind::ContainerDied;
+            for e in events
+                .iter()
+                .filter(served)
+                .filter(|e| self.late.remove(&e.id).is_none())
+            {
                 info!(uid = %e.uid, kind = ?e.kind, id = %e.id, "relist found what the runtime events missed");
                 m.pleg_relist_missed_events
                     .with_label_values(&[kind_label(e.kind)])
