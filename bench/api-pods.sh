@@ -1,28 +1,44 @@
 #!/usr/bin/env bash
-# API pod benchmark: rkubelet as a node of a real control plane (etcd + kube-apiserver 1.20 with
+# API pod benchmark: a kubelet as a node of a real control plane (etcd + kube-apiserver 1.20 with
 # TLS, Node,RBAC and NodeRestriction). How fast pods created through the API are Running *in the
 # API* (the end-to-end figure an operator sees with kubectl), how fast deleted pods disappear,
-# how many API requests the node makes for it, and what rkubelet costs in RSS and CPU. Prints
+# how many API requests the node makes for it, and what the kubelet costs in RSS and CPU. Prints
 # figures; it asserts nothing.
 #
 #   bench/api-pods.sh [N...]     default: 30 100
 #
-# Per N: a fresh control plane (audit log on, to count the node's requests), a fresh private
-# containerd (INDEX 70, 71, ...), target/release/rkubelet with node credentials, then N pods
+#   KUBELETS="rkubelet upstream"  which kubelets to run (default: rkubelet). `upstream` is the
+#                                 kubelet 1.20.2 built from the same Debian source as the
+#                                 apiserver (hack/control-plane.sh kubelet-bin); with both, the
+#                                 summary prints the ratios rkubelet/upstream (issue 20 item 6).
+#   QPS="50 5"                    kubeAPIQPS values to run each kubelet with (default: 50, the
+#                                 upstream default since 1.27); kubeAPIBurst is 2 x QPS, as
+#                                 upstream's defaults (50/100, 5/10 in 1.20).
+#   RKUBELET=path                 the rkubelet binary (default target/release/rkubelet).
+#
+# Per N, kubelet and QPS: a fresh control plane (audit log on, to count the node's requests), a
+# fresh private containerd (INDEX 70, 71, ...), the kubelet with node credentials, then N pods
 # POSTed as fast as one client can, watched until Running and Ready, then all deleted (grace 5 s)
 # and watched until gone. Latency per pod = watch event showing it Running+Ready minus the time
-# its POST was sent. rkubelet's log: /tmp/rkubelet-apibench-N.log.
+# its POST was sent. Both kubelets get the same config file (only fields 1.20 knows) and the same
+# command line; the kubelet's log: /tmp/<kubelet>-apibench-N-qQPS.log. Upstream's kubelet changes
+# kernel tunables (setupKernelTunables) and logs under /var/log/pods: the script puts both back.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
 
 # RKUBELET=path overrides the binary (e.g. to compare two builds in one session).
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
+KUBELETS="${KUBELETS:-rkubelet}"
+QPS="${QPS:-50}"
 NODE_NAME=apibench
 FIRST_INDEX=70
 CGROUP_ROOT=/rkubelet-apibench # its own kubepods; builds without pod cgroups ignore the flag
 
-CUR_CD="" CUR_CP="" CUR_PID="" RESULTS=""
+CUR_CD="" CUR_CP="" CUR_PID="" RESULTS="" TUNABLES_WAS=""
+# What upstream's setupKernelTunables writes; saved before it runs, written back after.
+TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+    kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
 
 cleanup() {
     if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
@@ -30,10 +46,22 @@ cleanup() {
         timeout 10 tail --pid="$CUR_PID" -f /dev/null || kill -KILL "$CUR_PID" 2>/dev/null || true
     fi
     CUR_PID=""
-    [[ -z "$CUR_CD" ]] || "$HACK_DIR/containerd.sh" down "$CUR_CD" 2>/dev/null || true
+    if [[ -n "$CUR_CD" ]]; then
+        "$HACK_DIR/containerd.sh" down "$CUR_CD" 2>/dev/null || true
+        unmount_tree "$CUR_CD" 2>/dev/null || true
+    fi
     remove_cgroup_root "$CGROUP_ROOT"
+    restore_host
     [[ -z "$CUR_CP" ]] || "$HACK_DIR/control-plane.sh" down "$CUR_CP" 2>/dev/null || true
     CUR_CD="" CUR_CP=""
+}
+# Upstream's tunables back as the host had them; the bench pods' logs under /var/log (both
+# kubelets, podLogsDir's default) removed.
+restore_host() {
+    local kv
+    for kv in $TUNABLES_WAS; do echo "${kv#*=}" >"/proc/sys/${kv%%=*}" 2>/dev/null || true; done
+    rm -rf /var/log/pods/default_bench-[0-9][0-9][0-9]_* 2>/dev/null || true
+    find /var/log/containers -maxdepth 1 -name 'bench-[0-9][0-9][0-9]_default_*' -delete 2>/dev/null || true
 }
 trap 'cleanup; rm -f "$RESULTS"' EXIT
 trap 'exit 130' INT TERM
@@ -42,7 +70,7 @@ MEASURE_PY=$(
     cat <<'PY'
 import datetime, json, os, re, ssl, sys, threading, time, collections, http.client, subprocess
 
-n, url, pki, node, pid, sock, audit, outfile, cpid, klog = sys.argv[1:11]
+n, url, pki, node, pid, sock, audit, outfile, cpid, klog, kubelet, qps = sys.argv[1:13]
 n, pid, cpid = int(n), int(pid), int(cpid)
 host, port = url.removeprefix("https://").split(":")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -199,7 +227,7 @@ secs = lambda x: "timeout" if x is None else f"{x:7.2f} s"
 mib = lambda k: f"{k / 1024:7.1f} MiB"
 start_req, idle_req, stop_req = delta(audit0, audit1), delta(audit1, audit2), delta(audit2, audit3)
 
-print(f"\n=== N = {n} pods through the API ===")
+print(f"\n=== N = {n} pods through the API: {kubelet}, kubeAPIQPS {qps} ===")
 print(f"  {n} POSTs sent in                  {t_posted:7.2f} s")
 if lat:
     print(f"  POST -> Running+Ready in the API  p50 {secs(pct(lat, 50))}   p90 {secs(pct(lat, 90))}"
@@ -214,7 +242,7 @@ print(f"  node's API requests: {total(start_req)} to start {n} ({total(start_req
       f"{total(idle_req)} in {IDLE} s idle, {total(stop_req)} to delete {n}")
 for title, d in (("start", start_req), ("idle", idle_req), ("delete", stop_req)):
     print(f"    {title:6s} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])))
-print(f"  rkubelet            RSS         CPU (utime+stime)")
+print(f"  {kubelet:19s} RSS         CPU (utime+stime)")
 print(f"    before            {mib(rss0)}   {cpu0:6.2f} s")
 print(f"    peak (VmHWM)      {mib(max(peak, hwm1, hwm3))}")
 print(f"    all Running       {mib(rss1)}   {cpu1:6.2f} s  (+{cpu1 - cpu0:.2f} s to start {n})")
@@ -223,7 +251,7 @@ print(f"    after deletion    {mib(rss3)}   {cpu3:6.2f} s  (+{cpu3 - cpu2:.2f} s
 print(f"  for scale, containerd's own CPU: +{ccpu1 - ccpu0:.2f} s to start, +{ccpu3 - ccpu2:.2f} s to stop")
 sys.stdout.flush()
 with open(outfile, "a") as f:
-    f.write(json.dumps(dict(n=n, p50=pct(lat, 50) if lat else None, p90=pct(lat, 90) if lat else None,
+    f.write(json.dumps(dict(n=n, kubelet=kubelet, qps=int(qps), p50=pct(lat, 50) if lat else None, p90=pct(lat, 90) if lat else None,
         p99=pct(lat, 99) if lat else None, all=t_all,
         lag50=pct(lag, 50) if lag else None, lag99=pct(lag, 99) if lag else None, gone=t_gone, rt=t_rt,
         req_start=total(start_req), req_idle=total(idle_req), req_stop=total(stop_req),
@@ -239,42 +267,92 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 f = lambda x: "  -  " if x is None else f"{x:5.2f}"
 m = lambda k: f"{k / 1024:5.1f}"
 print("\n=== summary (seconds; requests; RSS in MiB; CPU in s) ===")
-print("    N   p50   p90   p99   all | lag50 lag99 | gone  rt-empty | req start idle stop |  RSS0  peak RSSend | cpu+start idle% cpu+stop")
+print("    N kubelet  qps   p50   p90   p99   all | lag50 lag99 | gone  rt-empty | req start idle stop |  RSS0  peak RSSend | cpu+start idle% cpu+stop")
 for r in rows:
-    print(f"{r['n']:5d} {f(r['p50'])} {f(r['p90'])} {f(r['p99'])} {f(r['all'])} | {f(r['lag50'])} {f(r['lag99'])} | {f(r['gone'])} {f(r['rt'])} |"
+    print(f"{r['n']:5d} {r['kubelet']:8s} {r['qps']:3d} {f(r['p50'])} {f(r['p90'])} {f(r['p99'])} {f(r['all'])} | {f(r['lag50'])} {f(r['lag99'])} | {f(r['gone'])} {f(r['rt'])} |"
           f"     {r['req_start']:5d} {r['req_idle']:4d} {r['req_stop']:4d} | {m(r['rss0'])} {m(r['peak'])} {m(r['rss3'])} |"
           f"     {r['cpu_start']:5.2f} {r['idle_pct']:5.1f}    {r['cpu_stop']:5.2f}")
+# Same run, same N and QPS: rkubelet / upstream (below 1: rkubelet cheaper or faster).
+by = {(r["n"], r["qps"], r["kubelet"]): r for r in rows}
+pairs = [(k[0], k[1]) for k in by if k[2] == "rkubelet" and (k[0], k[1], "upstream") in by]
+if pairs:
+    print("\n=== ratio rkubelet / upstream (same run) ===")
+    print("    N  qps   p50   p99   all  gone rt-empty  peak-RSS  cpu+start  cpu+stop  CPU ms/pod start,stop")
+    q = lambda a, b: "  -  " if a is None or not b else f"{a / b:5.2f}"
+    for n, qps in sorted(pairs):
+        a, b = by[(n, qps, "rkubelet")], by[(n, qps, "upstream")]
+        print(f"{n:5d} {qps:4d} {q(a['p50'], b['p50'])} {q(a['p99'], b['p99'])} {q(a['all'], b['all'])}"
+              f" {q(a['gone'], b['gone'])}    {q(a['rt'], b['rt'])}     {q(a['peak'], b['peak'])}"
+              f"      {q(a['cpu_start'], b['cpu_start'])}     {q(a['cpu_stop'], b['cpu_stop'])}"
+              f"    {1000 * a['cpu_start'] / n:.0f},{1000 * a['cpu_stop'] / n:.0f} vs "
+              f"{1000 * b['cpu_start'] / n:.0f},{1000 * b['cpu_stop'] / n:.0f}")
 PY
 )
 
+# The config file both kubelets read: only fields upstream 1.20 knows, the bench's API rate.
+write_config() {
+    local file="$1" qps="$2"
+    cat >"$file" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+readOnlyPort: 0
+healthzPort: 0
+kubeAPIQPS: $qps
+kubeAPIBurst: $((2 * qps))
+makeIPTablesUtilChains: false
+# As the tests: upstream's disk thresholds put a shared host more than 85% full under DiskPressure.
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
+EOF
+}
+
 bench_one() {
-    local n="$1" index="$2" results="$3" cd cp sock kc logf url i
-    cd="/tmp/rkubelet-apibench-cd-$n" cp="/tmp/rkubelet-apibench-cp-$n" logf="/tmp/rkubelet-apibench-$n.log"
+    local n="$1" index="$2" results="$3" kubelet="$4" qps="$5" bin cd cp sock kc logf url i kv
+    cd="/tmp/rkubelet-apibench-cd-$n" cp="/tmp/rkubelet-apibench-cp-$n"
+    logf="/tmp/$kubelet-apibench-$n-q$qps.log"
+    case "$kubelet" in
+    rkubelet) bin="$RKUBELET" ;;
+    upstream)
+        bin="$("$HACK_DIR/control-plane.sh" kubelet-bin)"
+        # Upstream refuses a --cgroup-root missing in any hierarchy (rkubelet creates it).
+        for i in /sys/fs/cgroup/*/; do
+            [[ -e "$i/tasks" || -e "$i/cgroup.procs" ]] && mkdir -p "$i${CGROUP_ROOT#/}"
+        done
+        ;;
+    *) die "KUBELETS: unknown kubelet '$kubelet' (rkubelet, upstream)" ;;
+    esac
     "$HACK_DIR/containerd.sh" down "$cd" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$cp" 2>/dev/null || true
     CUR_CD="$cd" CUR_CP="$cp"
-    log "N=$n: control plane in $cp, containerd (INDEX $index) in $cd"
+    log "N=$n $kubelet QPS $qps: control plane in $cp, containerd (INDEX $index) in $cd"
     RK_APISERVER_AUDIT=1 "$HACK_DIR/control-plane.sh" up "$cp" >/dev/null
     "$HACK_DIR/containerd.sh" up "$cd" "$index" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
     sock="$(sed -n 's/^CONTAINERD_SOCK=//p' "$cd/env")"
     url="$(sed -n 's/^APISERVER_URL=//p' "$cp/env")"
     kc="$("$HACK_DIR/control-plane.sh" node-cert "$cp" "$NODE_NAME")"
     mkdir -p "$cd/kubelet"
-    "$RKUBELET" --kubeconfig "$kc" --node-ip 127.0.0.1 \
-        --container-runtime-endpoint "unix://$sock" --read-only-port 0 --healthz-port 0 \
+    write_config "$cd/kubelet-config.yaml" "$qps"
+    TUNABLES_WAS=""
+    for kv in "${TUNABLES[@]}"; do TUNABLES_WAS+="$kv=$(cat "/proc/sys/$kv") "; done
+    "$bin" --config "$cd/kubelet-config.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
+        --container-runtime=remote --container-runtime-endpoint "unix://$sock" \
         --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" \
         --cgroup-root "$CGROUP_ROOT" >"$logf" 2>&1 &
     CUR_PID=$!
     for ((i = 0; i < 300; i++)); do
         kubectl --kubeconfig "$cp/admin.kubeconfig" get node "$NODE_NAME" \
             -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True && break
-        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf" >&2; die "rkubelet exited"; }
+        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf" >&2; die "$kubelet exited"; }
         sleep 0.2
     done
-    log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
+    log "N=$n: node Ready; $kubelet pid $CUR_PID, log $logf"
+    # Both settle first (upstream's cadvisor and image manager start in its first seconds).
+    sleep 5
     python3 -c "$MEASURE_PY" "$n" "$url" "$cp/pki" "$NODE_NAME" "$CUR_PID" "$sock" \
-        "$cp/log/audit.log" "$results" "$(sed -n 's/^CONTAINERD_PID=//p' "$cd/env")" "$logf"
-    echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
+        "$cp/log/audit.log" "$results" "$(sed -n 's/^CONTAINERD_PID=//p' "$cd/env")" "$logf" \
+        "$kubelet" "$qps"
+    echo "  $kubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup
 }
 
@@ -283,18 +361,25 @@ main() {
     need_cmd python3 ctr kubectl containerd etcd
     local -a sizes=("$@")
     [[ ${#sizes[@]} -gt 0 ]] || sizes=(30 100)
-    local n i=0
+    local n q k i=0
     for n in "${sizes[@]}"; do
         [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$n'"
     done
-    if [[ ! -x "$RKUBELET" ]]; then
+    for q in $QPS; do
+        [[ "$q" =~ ^[1-9][0-9]*$ ]] || die "QPS must hold positive integers, got '$q'"
+    done
+    if [[ " $KUBELETS " == *" rkubelet "* && ! -x "$RKUBELET" ]]; then
         log "building $RKUBELET"
         (cd "$REPO_ROOT" && cargo build --release -p rkubelet)
     fi
     RESULTS="$(mktemp)"
     for n in "${sizes[@]}"; do
-        bench_one "$n" $((FIRST_INDEX + i)) "$RESULTS"
-        i=$((i + 1))
+        for q in $QPS; do
+            for k in $KUBELETS; do
+                bench_one "$n" $((FIRST_INDEX + i)) "$RESULTS" "$k" "$q"
+                i=$((i + 1))
+            done
+        done
     done
     python3 -c "$SUMMARY_PY" "$RESULTS"
 }

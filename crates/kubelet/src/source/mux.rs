@@ -24,16 +24,18 @@ impl Merger {
     pub fn merge(&mut self, snap: SourceSnapshot) -> (Vec<PodUpdate>, bool) {
         let first = !self.sources.contains_key(snap.source);
         let old = self.sources.entry(snap.source).or_default();
-        let mut new: HashMap<String, Arc<Pod>> = HashMap::new();
-        let mut names = HashSet::new();
-        for pod in snap.pods {
-            let uid = podutil::uid(&pod).to_string();
-            let full = podutil::full_name(&pod);
-            if !names.insert(full.clone()) || new.contains_key(&uid) {
+        let mut new: HashMap<String, Arc<Pod>> = HashMap::with_capacity(snap.pods.len());
+        // Borrowed (namespace, name): a snapshot per watch event allocates no name strings.
+        let mut names: HashSet<(&str, &str)> = HashSet::with_capacity(snap.pods.len());
+        for pod in &snap.pods {
+            let uid = podutil::uid(pod);
+            if !names.insert((podutil::namespace(pod), podutil::name(pod))) || new.contains_key(uid)
+            {
+                let full = podutil::full_name(pod);
                 warn!(pod = %full, source = snap.source, "duplicate pod name or UID in source; ignoring the later one");
                 continue;
             }
-            new.insert(uid, pod);
+            new.insert(uid.to_string(), pod.clone());
         }
         let mut removes = Vec::new();
         let mut adds = Vec::new();
