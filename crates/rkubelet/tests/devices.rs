@@ -10,20 +10,16 @@
 //! devices as /tmp/Dev-1 and /tmp/Dev-2 on the host (removed at the end).
 
 mod common;
+mod device_plugin;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use hyper_util::rt::TokioIo;
-use kubelet::cm::devices::api as dp;
+use device_plugin::{channel, device, TestPlugin};
 use kubelet::podresources::v1 as pr;
-use tokio::net::{UnixListener, UnixStream};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 const SAMPLE: &str = "example.com/resource";
 const ENV_RES: &str = "test.rkubelet.io/env";
@@ -85,139 +81,6 @@ impl Drop for DevFiles {
             let _ = std::fs::remove_file(d);
         }
     }
-}
-
-/// A device plugin of this test: one device, envs and an annotation in its Allocate answer,
-/// PreStartContainer required (calls recorded), or an Allocate that always fails.
-#[derive(Clone)]
-struct TestPlugin {
-    broken: bool,
-    pre_starts: Arc<Mutex<Vec<Vec<String>>>>,
-}
-
-type DeviceStream =
-    Pin<Box<dyn futures::Stream<Item = Result<dp::ListAndWatchResponse, tonic::Status>> + Send>>;
-
-#[tonic::async_trait]
-impl dp::device_plugin_server::DevicePlugin for TestPlugin {
-    async fn get_device_plugin_options(
-        &self,
-        _: tonic::Request<dp::Empty>,
-    ) -> Result<tonic::Response<dp::DevicePluginOptions>, tonic::Status> {
-        Ok(tonic::Response::new(self.options()))
-    }
-
-    type ListAndWatchStream = DeviceStream;
-
-    async fn list_and_watch(
-        &self,
-        _: tonic::Request<dp::Empty>,
-    ) -> Result<tonic::Response<DeviceStream>, tonic::Status> {
-        let first = dp::ListAndWatchResponse {
-            devices: vec![dp::Device {
-                id: "t-1".into(),
-                health: "Healthy".into(),
-                topology: None,
-            }],
-        };
-        let s = futures::stream::once(async move { Ok(first) }).chain(futures::stream::pending());
-        Ok(tonic::Response::new(Box::pin(s)))
-    }
-
-    async fn get_preferred_allocation(
-        &self,
-        _: tonic::Request<dp::PreferredAllocationRequest>,
-    ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, tonic::Status> {
-        Ok(tonic::Response::new(Default::default()))
-    }
-
-    async fn allocate(
-        &self,
-        req: tonic::Request<dp::AllocateRequest>,
-    ) -> Result<tonic::Response<dp::AllocateResponse>, tonic::Status> {
-        if self.broken {
-            return Err(tonic::Status::unknown("the device caught fire"));
-        }
-        let responses = req
-            .into_inner()
-            .container_requests
-            .into_iter()
-            .map(|r| dp::ContainerAllocateResponse {
-                envs: [("TEST_DEVICES".to_string(), r.devices_i_ds.join(","))].into(),
-                annotations: [(
-                    "test.rkubelet.io/devices".to_string(),
-                    r.devices_i_ds.join(","),
-                )]
-                .into(),
-                ..Default::default()
-            })
-            .collect();
-        Ok(tonic::Response::new(dp::AllocateResponse {
-            container_responses: responses,
-        }))
-    }
-
-    async fn pre_start_container(
-        &self,
-        req: tonic::Request<dp::PreStartContainerRequest>,
-    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, tonic::Status> {
-        self.pre_starts
-            .lock()
-            .unwrap()
-            .push(req.into_inner().devices_i_ds);
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
-use futures::StreamExt as _;
-
-impl TestPlugin {
-    fn options(&self) -> dp::DevicePluginOptions {
-        dp::DevicePluginOptions {
-            pre_start_required: !self.broken,
-            get_preferred_allocation_available: false,
-        }
-    }
-
-    /// Serves on `<dir>/<name>` and registers `resource` with the kubelet.
-    async fn run(self, dir: &Path, name: &str, resource: &str) -> tokio::task::JoinHandle<()> {
-        let sock = dir.join(name);
-        let _ = std::fs::remove_file(&sock);
-        let listener = UnixListener::bind(&sock).unwrap();
-        let incoming = futures::stream::unfold(listener, |l| async move {
-            Some((l.accept().await.map(|(s, _)| s), l))
-        });
-        let options = self.options();
-        let svc = dp::device_plugin_server::DevicePluginServer::new(self);
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(incoming)
-                .await;
-        });
-        let mut reg = dp::registration_client::RegistrationClient::new(
-            channel(dir.join("kubelet.sock")).await,
-        );
-        reg.register(dp::RegisterRequest {
-            version: "v1beta1".into(),
-            endpoint: name.into(),
-            resource_name: resource.into(),
-            options: Some(options),
-        })
-        .await
-        .expect("register the test plugin");
-        task
-    }
-}
-
-async fn channel(sock: PathBuf) -> Channel {
-    Endpoint::from_static("http://[::1]:50051")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let sock = sock.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(sock).await?)) }
-        }))
-        .await
-        .expect("connect")
 }
 
 async fn pod_resources(
@@ -464,8 +327,9 @@ async fn device_plugins_allocate_checkpoint_and_pod_resources() {
 
     // A plugin of this test: envs and annotations from Allocate, PreStartContainer called.
     let plugin = TestPlugin {
-        broken: false,
-        pre_starts: Arc::default(),
+        devices: vec![device("t-1", None)],
+        pre_start_required: true,
+        ..Default::default()
     };
     let pre_starts = plugin.pre_starts.clone();
     let serving = plugin.run(&plugins_dir, "test-env.sock", ENV_RES).await;
@@ -499,8 +363,9 @@ async fn device_plugins_allocate_checkpoint_and_pod_resources() {
 
     // A plugin whose Allocate fails: the pod is rejected with the plugin's error.
     let broken = TestPlugin {
+        devices: vec![device("t-1", None)],
         broken: true,
-        pre_starts: Arc::default(),
+        ..Default::default()
     };
     let serving = broken
         .run(&plugins_dir, "test-broken.sock", BROKEN_RES)

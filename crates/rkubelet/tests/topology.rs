@@ -13,132 +13,28 @@
 //! device choice would not be aligned there, by design; both reject the same way.
 
 mod common;
+mod device_plugin;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use futures::StreamExt as _;
-use hyper_util::rt::TokioIo;
-use kubelet::cm::devices::api as dp;
+use device_plugin::{channel, device, TestPlugin};
 use kubelet::podresources::v1 as pr;
-use tokio::net::{UnixListener, UnixStream};
-use tonic::transport::{Channel, Endpoint, Uri};
 
 const RES: &str = "test.rkubelet.io/numa";
 /// Sorts before [`NEAR`]: only the affinity makes the manager choose the other one.
 const FAR: &str = "a-node1";
 const NEAR: &str = "b-node0";
 
-/// A plugin with one device per NUMA node (0 and 1), no preference of its own.
-struct NumaPlugin;
-
-type DeviceStream =
-    Pin<Box<dyn futures::Stream<Item = Result<dp::ListAndWatchResponse, tonic::Status>> + Send>>;
-
-fn device(id: &str, node: i64) -> dp::Device {
-    dp::Device {
-        id: id.into(),
-        health: "Healthy".into(),
-        topology: Some(dp::TopologyInfo {
-            nodes: vec![dp::NumaNode { id: node }],
-        }),
-    }
-}
-
-#[tonic::async_trait]
-impl dp::device_plugin_server::DevicePlugin for NumaPlugin {
-    async fn get_device_plugin_options(
-        &self,
-        _: tonic::Request<dp::Empty>,
-    ) -> Result<tonic::Response<dp::DevicePluginOptions>, tonic::Status> {
-        Ok(tonic::Response::new(Default::default()))
-    }
-
-    type ListAndWatchStream = DeviceStream;
-
-    async fn list_and_watch(
-        &self,
-        _: tonic::Request<dp::Empty>,
-    ) -> Result<tonic::Response<DeviceStream>, tonic::Status> {
-        let first = dp::ListAndWatchResponse {
-            devices: vec![device(FAR, 1), device(NEAR, 0)],
-        };
-        let s = futures::stream::once(async move { Ok(first) }).chain(futures::stream::pending());
-        Ok(tonic::Response::new(Box::pin(s)))
-    }
-
-    async fn get_preferred_allocation(
-        &self,
-        _: tonic::Request<dp::PreferredAllocationRequest>,
-    ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, tonic::Status> {
-        Ok(tonic::Response::new(Default::default()))
-    }
-
-    async fn allocate(
-        &self,
-        req: tonic::Request<dp::AllocateRequest>,
-    ) -> Result<tonic::Response<dp::AllocateResponse>, tonic::Status> {
-        let responses = req
-            .into_inner()
-            .container_requests
-            .into_iter()
-            .map(|r| dp::ContainerAllocateResponse {
-                envs: [("TEST_DEVICES".to_string(), r.devices_i_ds.join(","))].into(),
-                ..Default::default()
-            })
-            .collect();
-        Ok(tonic::Response::new(dp::AllocateResponse {
-            container_responses: responses,
-        }))
-    }
-
-    async fn pre_start_container(
-        &self,
-        _: tonic::Request<dp::PreStartContainerRequest>,
-    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, tonic::Status> {
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
-async fn channel(sock: PathBuf) -> Channel {
-    Endpoint::from_static("http://[::1]:50051")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let sock = sock.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(sock).await?)) }
-        }))
-        .await
-        .expect("connect")
-}
-
-/// Serves the plugin on `<dir>/numa.sock` and registers it.
+/// The test's plugin with one device per NUMA node (0 and 1), no preference of its own.
 async fn run_plugin(dir: &Path) -> tokio::task::JoinHandle<()> {
-    let sock = dir.join("numa.sock");
-    let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock).unwrap();
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        Some((l.accept().await.map(|(s, _)| s), l))
-    });
-    let svc = dp::device_plugin_server::DevicePluginServer::new(NumaPlugin);
-    let task = tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await;
-    });
-    let mut reg =
-        dp::registration_client::RegistrationClient::new(channel(dir.join("kubelet.sock")).await);
-    reg.register(dp::RegisterRequest {
-        version: "v1beta1".into(),
-        endpoint: "numa.sock".into(),
-        resource_name: RES.into(),
-        options: Some(Default::default()),
-    })
-    .await
-    .expect("register the test plugin");
-    task
+    let plugin = TestPlugin {
+        devices: vec![device(FAR, Some(1)), device(NEAR, Some(0))],
+        ..Default::default()
+    };
+    plugin.run(dir, "numa.sock", RES).await
 }
 
 /// A static pod whose containers (`c`, `c1`, ...) each limit [`RES`] to the given counts.
