@@ -15,6 +15,8 @@
 #                                 upstream default since 1.27); kubeAPIBurst is 2 x QPS, as
 #                                 upstream's defaults (50/100, 5/10 in 1.20).
 #   RKUBELET=path                 the rkubelet binary (default target/release/rkubelet).
+#   PERF=prefix                   perf record (cpu-clock, DWARF stacks) the kubelet while it starts
+#                                 the pods (prefix-start.data) and stops them (prefix-stop.data).
 #
 # Per N, kubelet and QPS: a fresh control plane (audit log on, to count the node's requests), a
 # fresh private containerd (INDEX 70, 71, ...), the kubelet with node credentials, then N pods
@@ -70,7 +72,7 @@ MEASURE_PY=$(
     cat <<'PY'
 import datetime, json, os, re, ssl, sys, threading, time, collections, http.client, subprocess
 
-n, url, pki, node, pid, sock, audit, outfile, cpid, klog, kubelet, qps = sys.argv[1:13]
+n, url, pki, node, pid, sock, audit, outfile, cpid, klog, kubelet, qps, cmetrics = sys.argv[1:14]
 n, pid, cpid = int(n), int(pid), int(cpid)
 host, port = url.removeprefix("https://").split(":")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -96,10 +98,36 @@ def rss_kib():
         d = dict(l.split(":", 1) for l in f if ":" in l)
     return int(d["VmRSS"].split()[0]), int(d["VmHWM"].split()[0])
 
-def cpu_s(p=None):
+def rss_split():
+    """RssAnon (heap, stacks) and RssFile (the binary's pages mapped from the page cache), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        d = dict(l.split(":", 1) for l in f if ":" in l)
+    return int(d["RssAnon"].split()[0]) / 1024, int(d["RssFile"].split()[0]) / 1024
+
+def cpu_us(p=None):
+    """(utime, stime) in seconds: user space, and the kernel working for the process."""
     with open(f"/proc/{p or pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+def cpu_s(p=None):
+    return sum(cpu_us(p))
+
+# PERF=prefix: perf record (cpu-clock, DWARF stacks) of the kubelet while it starts the pods
+# (prefix-start.data) and while it stops them (prefix-stop.data). For finding where CPU goes;
+# perf's own overhead inflates the CPU figures of that run.
+PERF = os.environ.get("PERF")
+def perf_start(phase):
+    if not PERF:
+        return None
+    return subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "997", "-g",
+                             "--call-graph", "dwarf,16384", "-p", str(pid),
+                             "-o", f"{PERF}-{phase}.data"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def perf_stop(p):
+    if p:
+        p.send_signal(2)
+        p.wait()
 
 def pct(xs, q):
     s = sorted(xs)
@@ -109,6 +137,24 @@ def runtime_containers():
     out = subprocess.run(["ctr", "-a", sock, "-n", "k8s.io", "containers", "ls", "-q"],
                          capture_output=True, text=True, check=True).stdout
     return out.split()
+
+def cri_counts():
+    """CRI calls containerd has answered, by method (its grpc_server_handled_total; v1 and
+    v1alpha2 alike, any status code): what the kubelet asked of the runtime."""
+    by = collections.Counter()
+    try:
+        c = http.client.HTTPConnection(cmetrics, timeout=10)
+        c.request("GET", "/v1/metrics")
+        body = c.getresponse().read().decode()
+    except OSError:
+        return by
+    for line in body.splitlines():
+        m = re.match(r'grpc_server_handled_total\{(.*)\} (\S+)', line)
+        if not m or 'grpc_service="runtime.' not in m.group(1):
+            continue
+        method = re.search(r'grpc_method="([^"]+)"', m.group(1)).group(1)
+        by[method] += int(float(m.group(2)))
+    return by
 
 def audit_counts():
     """Requests made with this node's credentials, by verb and resource (one per auditID)."""
@@ -151,8 +197,9 @@ c = conn()
 rv = request(c, "GET", "/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
 threading.Thread(target=watch, args=(rv,), daemon=True).start()
 time.sleep(1)
-audit0 = audit_counts()
-rss0, _ = rss_kib(); cpu0 = cpu_s(); ccpu0 = cpu_s(cpid)
+audit0 = audit_counts(); cri0 = cri_counts()
+rss0, _ = rss_kib(); cpu0 = cpu_s(); ccpu0 = cpu_s(cpid); us0 = cpu_us()
+perf = perf_start("start")
 
 sent = {}
 t0 = time.monotonic()
@@ -177,8 +224,9 @@ while time.monotonic() < deadline:
 with lock:
     lat = [running_at[k] - sent[k] for k in running_at if k in sent]
     t_all = max(running_at.values()) - t0 if len(running_at) >= n else None
-rss1, hwm1 = rss_kib(); cpu1 = cpu_s(); ccpu1 = cpu_s(cpid)
-audit1 = audit_counts()
+perf_stop(perf)
+rss1, hwm1 = rss_kib(); cpu1 = cpu_s(); ccpu1 = cpu_s(cpid); us1 = cpu_us(); split1 = rss_split()
+audit1 = audit_counts(); cri1 = cri_counts()
 
 # Status lag: rkubelet's "started container" log line (its wall clock) -> the watch seeing the pod
 # Running+Ready in the API. Same host, same clock.
@@ -198,8 +246,9 @@ with lock:
 
 IDLE = 20
 time.sleep(IDLE)
-rss2, _ = rss_kib(); cpu2 = cpu_s(); ccpu2 = cpu_s(cpid)
-audit2 = audit_counts()
+rss2, _ = rss_kib(); cpu2 = cpu_s(); ccpu2 = cpu_s(cpid); us2 = cpu_us()
+perf = perf_start("stop")
+audit2 = audit_counts(); cri2 = cri_counts()
 
 t1 = time.monotonic()
 for name in sent:
@@ -215,9 +264,10 @@ while time.monotonic() < deadline:
         break
     peak = max(peak, rss_kib()[0])
     time.sleep(0.1)
-rss3, hwm3 = rss_kib(); cpu3 = cpu_s(); ccpu3 = cpu_s(cpid)
+perf_stop(perf)
+rss3, hwm3 = rss_kib(); cpu3 = cpu_s(); ccpu3 = cpu_s(cpid); us3 = cpu_us(); split3 = rss_split()
 time.sleep(1)
-audit3 = audit_counts()
+audit3 = audit_counts(); cri3 = cri_counts()
 
 def delta(a, b):
     return {k: b[k] - a.get(k, 0) for k in b if b[k] - a.get(k, 0)}
@@ -242,12 +292,21 @@ print(f"  node's API requests: {total(start_req)} to start {n} ({total(start_req
       f"{total(idle_req)} in {IDLE} s idle, {total(stop_req)} to delete {n}")
 for title, d in (("start", start_req), ("idle", idle_req), ("delete", stop_req)):
     print(f"    {title:6s} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])))
+start_cri, idle_cri, stop_cri = delta(cri0, cri1), delta(cri1, cri2), delta(cri2, cri3)
+print(f"  CRI calls (containerd's count): {total(start_cri)} to start {n} ({total(start_cri) / n:.1f}/pod), "
+      f"{total(idle_cri)} in {IDLE} s idle, {total(stop_cri)} to delete {n}")
+for title, d in (("start", start_cri), ("idle", idle_cri), ("delete", stop_cri)):
+    print(f"    {title:6s} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])))
 print(f"  {kubelet:19s} RSS         CPU (utime+stime)")
 print(f"    before            {mib(rss0)}   {cpu0:6.2f} s")
 print(f"    peak (VmHWM)      {mib(max(peak, hwm1, hwm3))}")
-print(f"    all Running       {mib(rss1)}   {cpu1:6.2f} s  (+{cpu1 - cpu0:.2f} s to start {n})")
+print(f"    all Running       {mib(rss1)}   {cpu1:6.2f} s  (+{cpu1 - cpu0:.2f} s to start {n}: "
+      f"user {us1[0] - us0[0]:.2f} s, kernel {us1[1] - us0[1]:.2f} s)")
+print(f"      of which anon {split1[0]:.1f} MiB, file {split1[1]:.1f} MiB")
 print(f"    idle {IDLE} s         {mib(rss2)}   {cpu2:6.2f} s  ({100 * (cpu2 - cpu1) / IDLE:.1f}% of a CPU)")
-print(f"    after deletion    {mib(rss3)}   {cpu3:6.2f} s  (+{cpu3 - cpu2:.2f} s to stop {n})")
+print(f"    after deletion    {mib(rss3)}   {cpu3:6.2f} s  (+{cpu3 - cpu2:.2f} s to stop {n}: "
+      f"user {us3[0] - us2[0]:.2f} s, kernel {us3[1] - us2[1]:.2f} s)")
+print(f"      of which anon {split3[0]:.1f} MiB, file {split3[1]:.1f} MiB")
 print(f"  for scale, containerd's own CPU: +{ccpu1 - ccpu0:.2f} s to start, +{ccpu3 - ccpu2:.2f} s to stop")
 sys.stdout.flush()
 with open(outfile, "a") as f:
@@ -255,6 +314,7 @@ with open(outfile, "a") as f:
         p99=pct(lat, 99) if lat else None, all=t_all,
         lag50=pct(lag, 50) if lag else None, lag99=pct(lag, 99) if lag else None, gone=t_gone, rt=t_rt,
         req_start=total(start_req), req_idle=total(idle_req), req_stop=total(stop_req),
+        cri_start=total(start_cri), cri_idle=total(idle_cri), cri_stop=total(stop_cri),
         rss0=rss0, peak=max(peak, hwm1, hwm3), rss3=rss3, cpu_start=cpu1 - cpu0,
         idle_pct=100 * (cpu2 - cpu1) / IDLE, cpu_stop=cpu3 - cpu2)) + "\n")
 PY
@@ -308,7 +368,7 @@ EOF
 }
 
 bench_one() {
-    local n="$1" index="$2" results="$3" kubelet="$4" qps="$5" bin cd cp sock kc logf url i kv
+    local n="$1" index="$2" results="$3" kubelet="$4" qps="$5" bin cd cp sock kc logf url i kv cmetrics
     cd="/tmp/rkubelet-apibench-cd-$n" cp="/tmp/rkubelet-apibench-cp-$n"
     logf="/tmp/$kubelet-apibench-$n-q$qps.log"
     case "$kubelet" in
@@ -327,7 +387,9 @@ bench_one() {
     CUR_CD="$cd" CUR_CP="$cp"
     log "N=$n $kubelet QPS $qps: control plane in $cp, containerd (INDEX $index) in $cd"
     RK_APISERVER_AUDIT=1 "$HACK_DIR/control-plane.sh" up "$cp" >/dev/null
-    "$HACK_DIR/containerd.sh" up "$cd" "$index" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
+    cmetrics="127.0.0.1:$((13000 + index))"
+    CONTAINERD_METRICS="$cmetrics" "$HACK_DIR/containerd.sh" up "$cd" "$index" >/dev/null 2>"$logf" ||
+        { cat "$logf" >&2; die "containerd did not start"; }
     sock="$(sed -n 's/^CONTAINERD_SOCK=//p' "$cd/env")"
     url="$(sed -n 's/^APISERVER_URL=//p' "$cp/env")"
     kc="$("$HACK_DIR/control-plane.sh" node-cert "$cp" "$NODE_NAME")"
@@ -351,7 +413,7 @@ bench_one() {
     sleep 5
     python3 -c "$MEASURE_PY" "$n" "$url" "$cp/pki" "$NODE_NAME" "$CUR_PID" "$sock" \
         "$cp/log/audit.log" "$results" "$(sed -n 's/^CONTAINERD_PID=//p' "$cd/env")" "$logf" \
-        "$kubelet" "$qps"
+        "$kubelet" "$qps" "$cmetrics"
     echo "  $kubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup
 }

@@ -6,6 +6,9 @@
 #                                     subnet 10.88.INDEX.0/24; prints KEY=VALUE lines
 #   hack/containerd.sh down DIR       kill everything the instance started, rm -rf DIR
 #
+# CONTAINERD_METRICS=ADDR (host:port) serves containerd's Prometheus metrics there, among them
+# grpc_server_handled_total per CRI method: what a kubelet asked of the runtime (benchmarks).
+#
 # Registries: the CRI plugin reads DIR/certs.d/<host:port>/hosts.toml (config_path)
 # on every pull, so a registry can be added while it runs (hack/registry.sh hosts).
 set -euo pipefail
@@ -20,6 +23,9 @@ write_config() {
     local dir="$1" index="$2"
     render() { sed -e "s|@DIR@|$dir|g" -e "s|@INDEX@|$index|g" "$HACK_DIR/containerd/$1.in" >"$2"; }
     render config.toml "$dir/config.toml"
+    if [[ -n "${CONTAINERD_METRICS:-}" ]]; then
+        sed -i "/^\[metrics\]/,/^ *address/ s|address = \"\"|address = \"$CONTAINERD_METRICS\"|" "$dir/config.toml"
+    fi
     render 10-rkubelet.conflist "$dir/cni/net.d/10-rkubelet.conflist"
 }
 
