@@ -443,13 +443,15 @@ impl StaticPolicy {
             n,
             |mask| {
                 if reusable.iter().any(|c| !mask.is_set(node_of(c))) {
-                    return 0;
+                    return None;
                 }
-                reusable.len()
-                    + available
-                        .iter()
-                        .filter(|c| mask.is_set(node_of(*c)))
-                        .count()
+                Some(
+                    reusable.len()
+                        + available
+                            .iter()
+                            .filter(|c| mask.is_set(node_of(*c)))
+                            .count(),
+                )
             },
             |mask| d.cpus_in_numa_nodes(&mask.bits()).len(),
         )

@@ -67,7 +67,7 @@ impl State {
             .collect()
     }
 
-    /// Upstream `generateDeviceTopologyHints`.
+    /// Upstream `generateDeviceTopologyHints`, through the generation the CPU manager shares.
     pub fn generate_hints(
         &self,
         numa_nodes: &[usize],
@@ -77,43 +77,31 @@ impl State {
         request: usize,
     ) -> Vec<TopologyHint> {
         let ids = |d: &str| self.numa_ids(resource, d);
-        let mut min_size = numa_nodes.len();
-        let mut hints = Vec::new();
-        'masks: for mask in BitMask::iterate(numa_nodes) {
-            let in_mask = self
-                .all
-                .get(resource)
-                .into_iter()
-                .flat_map(|m| m.keys())
-                .filter(|d| ids(d).is_some_and(|n| any_set(mask, &n)))
-                .count();
-            if in_mask >= request && mask.count() < min_size {
-                min_size = mask.count();
-            }
-            // Every reusable device with topology must be inside the mask.
-            let mut matching = 0;
-            for d in reusable {
-                let Some(n) = ids(d) else { continue };
-                if !any_set(mask, &n) {
-                    continue 'masks;
+        let in_mask = |mask: BitMask, d: &str| ids(d).is_some_and(|n| any_set(mask, &n));
+        crate::cm::topology::generate_hints(
+            numa_nodes,
+            request,
+            |mask| {
+                // Every reusable device with topology must be inside the mask.
+                let mut matching = 0;
+                for d in reusable {
+                    let Some(n) = ids(d) else { continue };
+                    if !any_set(mask, &n) {
+                        return None;
+                    }
+                    matching += 1;
                 }
-                matching += 1;
-            }
-            matching += available
-                .iter()
-                .filter(|d| ids(d).is_some_and(|n| any_set(mask, &n)))
-                .count();
-            if matching >= request {
-                hints.push(TopologyHint {
-                    numa_affinity: Some(mask),
-                    preferred: false,
-                });
-            }
-        }
-        for h in &mut hints {
-            h.preferred = h.numa_affinity.is_some_and(|m| m.count() == min_size);
-        }
-        hints
+                Some(matching + available.iter().filter(|d| in_mask(mask, d)).count())
+            },
+            |mask| {
+                self.all
+                    .get(resource)
+                    .into_iter()
+                    .flat_map(|m| m.keys())
+                    .filter(|d| in_mask(mask, d))
+                    .count()
+            },
+        )
     }
 
     /// Upstream `GetTopologyHints` for one container; `reusable` are the devices the pod's

@@ -222,13 +222,16 @@ impl Policy {
     }
 }
 
-/// Upstream's hint generation shared by the CPU and device managers: for every combination of
-/// NUMA nodes (fewest nodes first) whose `available` count reaches `request`, a hint, preferred
-/// when it has as few nodes as any combination whose `total` could ever hold the request.
+/// Upstream's hint generation shared by the CPU and device managers
+/// (`generateCPUTopologyHints`, `generateDeviceTopologyHints`): for every combination of NUMA
+/// nodes (fewest nodes first) whose `available` count reaches `request`, a hint, preferred when
+/// it has as few nodes as any combination whose `total` could ever hold the request.
+/// `available` says None for a mask that cannot serve at all (upstream's `continue` when
+/// something the container must reuse lies outside it), whatever the request, 0 included.
 pub fn generate_hints(
     numa_nodes: &[usize],
     request: usize,
-    available: impl Fn(BitMask) -> usize,
+    available: impl Fn(BitMask) -> Option<usize>,
     total: impl Fn(BitMask) -> usize,
 ) -> Vec<TopologyHint> {
     let mut min_size = numa_nodes.len();
@@ -237,7 +240,7 @@ pub fn generate_hints(
         if total(mask) >= request && mask.count() < min_size {
             min_size = mask.count();
         }
-        if available(mask) >= request {
+        if available(mask).is_some_and(|n| n >= request) {
             hints.push(TopologyHint {
                 numa_affinity: Some(mask),
                 preferred: false,

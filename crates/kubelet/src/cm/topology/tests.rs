@@ -342,17 +342,25 @@ fn bitmasks() {
 #[test]
 fn hint_generation() {
     let per_node = |m: BitMask| m.count() * 4;
-    let hints = generate_hints(&[0, 1], 2, per_node, per_node);
+    let free = |m: BitMask| Some(per_node(m));
+    let hints = generate_hints(&[0, 1], 2, free, per_node);
     assert_eq!(hints, vec![h(&[0], true), h(&[1], true), h(&[0, 1], false)]);
     // Five CPUs fit on no single node: the pair is preferred.
     assert_eq!(
-        generate_hints(&[0, 1], 5, per_node, per_node),
+        generate_hints(&[0, 1], 5, free, per_node),
         vec![h(&[0, 1], true)]
     );
     // Node 0 is full: only node 1 and the pair can serve; node 1 still preferred.
-    let avail = |m: BitMask| if m.is_set(1) { 4 } else { 0 };
+    let avail = |m: BitMask| Some(if m.is_set(1) { 4 } else { 0 });
     assert_eq!(
         generate_hints(&[0, 1], 2, avail, per_node),
+        vec![h(&[1], true), h(&[0, 1], false)]
+    );
+    // Something to reuse on node 1 only: masks without node 1 give no hint, even for a request
+    // of 0 (upstream `continue`s before comparing counts).
+    let reuse_on_1 = |m: BitMask| m.is_set(1).then_some(1);
+    assert_eq!(
+        generate_hints(&[0, 1], 0, reuse_on_1, per_node),
         vec![h(&[1], true), h(&[0, 1], false)]
     );
 }
