@@ -1,9 +1,9 @@
 //! PLEG's runtime-event fast path on a real containerd 1.6 (issue 20): containerd answers CRI
 //! `GetContainerEvents` Unimplemented, so rkubelet subscribes to containerd's own events service
-//! on the same socket. Containers that exit are reported through `/tasks/exit` and the relists
-//! that follow find nothing the events had missed (the counters say so, no clock is read); a
-//! containerd restart breaks the stream, which reconnects, and exits are reported through the
-//! new stream the same way.
+//! on the same socket. Containers that exit are reported through `/tasks/exit` (and read on
+//! the `/tasks/delete` that follows) and the relists that follow find nothing the events had
+//! missed (the counters say so, no clock is read); a containerd restart breaks the stream,
+//! which reconnects, and exits are reported through the new stream the same way.
 
 mod common;
 

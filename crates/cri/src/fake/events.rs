@@ -1,6 +1,6 @@
 //! The fake runtime's event streams: every state change it makes (and every container a test
 //! kills) is published as containerd publishes it (`/containers/create`, `/tasks/start`,
-//! `/tasks/exit`, `/containers/delete`) and, when a test turns it on, as CRI
+//! `/tasks/exit` followed by `/tasks/delete`, `/containers/delete`) and, when a test turns it on, as CRI
 //! `GetContainerEvents` responses. Tests can lose events ([`FakeRuntime::mute_events`]) and
 //! break every open stream ([`FakeRuntime::break_event_streams`], a containerd restart).
 
@@ -10,11 +10,12 @@ use tokio_stream::StreamExt;
 use super::*;
 use crate::events::{self, Envelope, EventStream, Topic};
 
-/// One published change, in both forms a subscriber may ask for.
+/// One published change, in both forms a subscriber may ask for (None: CRI has no event for
+/// it).
 #[derive(Clone)]
 pub(super) struct Published {
     envelope: Envelope,
-    cri: api::ContainerEventResponse,
+    cri: Option<api::ContainerEventResponse>,
 }
 
 /// The event side of the fake's state.
@@ -72,7 +73,7 @@ impl State {
         };
         let published = Published {
             envelope: events::envelope(events::CRI_NAMESPACE, topic, id, "", now),
-            cri: api::ContainerEventResponse {
+            cri: Some(api::ContainerEventResponse {
                 container_id: id.to_string(),
                 container_event_type: kind as i32,
                 created_at: now,
@@ -82,20 +83,28 @@ impl State {
                     ..Default::default()
                 }),
                 containers_statuses: Vec::new(),
-            },
+            }),
         };
         // No receiver left is not an error: nobody listens.
         let _ = self.events.tx.send(published);
+        // containerd's CRI plugin handles an exit by deleting the task (`/tasks/delete`), and
+        // only then shows the container exited; CRI's own stream has the one stop event.
+        if topic == Topic::TaskExit {
+            let _ = self.events.tx.send(Published {
+                envelope: events::envelope(events::CRI_NAMESPACE, Topic::TaskDelete, id, "", now),
+                cri: None,
+            });
+        }
     }
 }
 
 fn stream<T: Send + 'static>(
     rx: broadcast::Receiver<Published>,
-    pick: fn(Published) -> T,
+    pick: fn(Published) -> Option<T>,
 ) -> EventStream<T> {
-    let s = tokio_stream::wrappers::BroadcastStream::new(rx).map(move |r| match r {
-        Ok(p) => Ok(pick(p)),
-        Err(e) => Err(tonic::Status::data_loss(e.to_string())),
+    let s = tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |r| match r {
+        Ok(p) => pick(p).map(Ok),
+        Err(e) => Some(Err(tonic::Status::data_loss(e.to_string()))),
     });
     // The sender is replaced by break_event_streams: the stream then ends with an error, as a
     // stream whose connection broke.
@@ -149,7 +158,7 @@ impl FakeRuntime {
             });
         }
         let rx = st.events.tx.subscribe();
-        Box::pin(async move { Ok(stream(rx, |p| p.envelope)) })
+        Box::pin(async move { Ok(stream(rx, |p| Some(p.envelope))) })
     }
 
     pub(super) fn cri_events(&self) -> Reply<EventStream<api::ContainerEventResponse>> {

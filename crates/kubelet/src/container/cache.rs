@@ -52,6 +52,23 @@ pub struct CacheWriter {
     version: watch::Sender<u64>,
 }
 
+/// What the cache holds now, without waiting: PLEG's relist compares it with its listing.
+#[derive(Clone)]
+pub struct CacheView {
+    shared: Arc<RwLock<Shared>>,
+}
+
+impl CacheView {
+    /// The status the cache has for `uid` now (None: no entry, or the read failed).
+    pub fn status(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
+        read(&self.shared)
+            .pods
+            .get(uid)
+            .filter(|e| e.error.is_none())
+            .map(|e| e.status.clone())
+    }
+}
+
 /// A reader handle; cheap to clone.
 #[derive(Clone)]
 pub struct RuntimeCache {
@@ -111,10 +128,31 @@ impl CacheWriter {
         });
     }
 
+    /// The status the cache has for `uid` now, if any (what PLEG checks an event against).
+    pub fn status(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
+        self.view().status(uid)
+    }
+
+    /// A read-only view for PLEG's relist, which runs apart from the writer.
+    pub fn view(&self) -> CacheView {
+        CacheView {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// The runtime no longer has `uid`.
     pub fn delete(&self, uid: &str) {
         self.write(|s| {
             s.pods.remove(uid);
+        });
+    }
+
+    /// Drops the entries read before `before` of pods `listed` says the runtime no longer has:
+    /// a pod's last read may have found it gone already (a worker's read after its teardown),
+    /// so the relist's own changes do not name it. A newer read stays (the listing predates it).
+    pub fn prune(&self, before: Instant, listed: impl Fn(&str) -> bool) {
+        self.write(|s| {
+            s.pods.retain(|uid, e| e.modified >= before || listed(uid));
         });
     }
 
@@ -230,6 +268,14 @@ mod tests {
             .newer("b", Some(t1))
             .expect("absent pods are empty as of the relist");
         assert!(absent.status.containers.is_empty());
+        // A pod the relist at t2 did not list: its older entry goes, a newer one stays.
+        w.set("gone", Ok(status(1)), t1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        w.set("new", Ok(status(1)), Instant::now());
+        w.prune(t2, |uid| uid == "a");
+        let mut kept: Vec<String> = read(&r.shared).pods.keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["a", "new"]);
         w.set("c", Err("boom".into()), t2);
         let err = r.get_newer_than("c", Some(t1)).await.unwrap_err();
         assert!(err.to_string().contains("boom"), "{err}");

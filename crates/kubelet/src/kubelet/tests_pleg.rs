@@ -170,3 +170,91 @@ async fn lost_events_are_found_by_the_relist_and_counted_as_missed() {
     );
     h.stop().await;
 }
+
+/// Reads of one pod's status (each starts with its filtered sandbox listing).
+fn pod_reads(f: &FakeRuntime, uid: &str) -> Vec<Instant> {
+    f.calls()
+        .iter()
+        .filter(|c| c.op == "list_pod_sandbox" && c.detail == uid)
+        .map(|c| c.at)
+        .collect()
+}
+
+/// A pod is read when it changes, once: an unchanged pod is not read by the relists nor by its
+/// worker's periodic resync, and a change the worker made and read itself is not read again by
+/// the relist that finds it (each read is 4 or more CRI calls per pod).
+#[tokio::test(start_paused = true)]
+async fn a_pod_is_read_once_per_change() {
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    let n = relists(&h.fake).len();
+    h.until("three relists", Duration::from_secs(10), |f| {
+        relists(f).len() >= n + 3
+    })
+    .await;
+    let reads = pod_reads(&h.fake, "uid-p").len();
+    // Longer than syncFrequency (1 min): a resync of the unchanged pod reads nothing either.
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert_eq!(
+        pod_reads(&h.fake, "uid-p").len(),
+        reads,
+        "reads of an unchanged pod"
+    );
+    // The worker starts app again and reads the pod; no relist after that reads it.
+    let d = kill_after_a_relist(&h).await;
+    let n = relists(&h.fake).len();
+    h.until("three relists", Duration::from_secs(10), |f| {
+        relists(f).len() >= n + 3
+    })
+    .await;
+    let after: Vec<Instant> = relists(&h.fake)
+        .into_iter()
+        .filter(|t| *t > d.restarted)
+        .collect();
+    let read_by_relist: Vec<Instant> = pod_reads(&h.fake, "uid-p")
+        .into_iter()
+        .filter(|t| after.contains(t))
+        .collect();
+    assert!(
+        read_by_relist.is_empty(),
+        "relists read the pod again at {read_by_relist:?} (relists at {after:?})"
+    );
+    h.stop().await;
+}
+
+/// Stopping a pod reads it when the stops returned, not for each exit event the stops cause
+/// (before, every event's read was retried until CRI showed the exit, 4 to 6 reads per pod):
+/// one read after the kill, and at most one more before the removal.
+#[tokio::test(start_paused = true)]
+async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    let n = relists(&h.fake).len();
+    h.until("a relist", Duration::from_secs(5), |f| relists(f).len() > n)
+        .await;
+    let before = pod_reads(&h.fake, "uid-p").len();
+    h.want(vec![]).await;
+    h.until("the sandbox removed", Duration::from_secs(30), |f| {
+        f.calls().iter().any(|c| c.op == "remove_pod_sandbox")
+    })
+    .await;
+    assert_eq!(
+        h.calls("stop_container", "app").len(),
+        1,
+        "one stop per container"
+    );
+    let reads = pod_reads(&h.fake, "uid-p").len() - before;
+    let t0 = h.calls("stop_container", "app")[0].at;
+    let log: Vec<String> = h
+        .fake
+        .calls()
+        .iter()
+        .filter(|c| c.at + Duration::from_secs(2) >= t0)
+        .map(|c| format!("{:?} {} {} {}", c.at - t0, c.op, c.key, c.detail))
+        .collect();
+    assert!(
+        (1..=2).contains(&reads),
+        "{reads} reads of the pod to stop and remove it: {log:#?}"
+    );
+    h.stop().await;
+}

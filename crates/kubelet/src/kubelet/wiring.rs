@@ -452,6 +452,7 @@ impl Wiring<'_> {
                     cm.cgroup_parent(pod)
                 }))
             },
+            stopping: Default::default(),
         };
         // Upstream admits against the Node object; ours is what this kubelet registers (labels
         // and taints set later by an admin through the API are not seen yet).

@@ -42,18 +42,13 @@ pub fn enabled_by_env() -> bool {
 
 /// What a container or sandbox should look like in a read made after its event; a read that
 /// does not show it yet (the runtime's CRI view can trail its own event) is made again shortly.
+///
+/// Only exits are read (see [`expect_of_topic`]), so only an exit is ever expected; the enum
+/// names what a read is checked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
-    /// Created (a container) or there at all (a sandbox).
-    Present,
-    /// Running (a container) or ready (a sandbox).
-    Running,
     /// Exited (a container) or not ready (a sandbox), or gone.
     Exited,
-    /// Gone.
-    Absent,
-    /// Nothing to check (an OOM kill: its exit follows).
-    Nothing,
 }
 
 /// Which stream an event came on (the metrics' `source` label).
@@ -84,19 +79,24 @@ pub struct Hint {
 
 /// What a containerd topic leads PLEG to expect (None: nothing to read for it).
 ///
-/// Only what happens to a container on its own is read: exits and OOM kills. Creations, starts
-/// and removals are the kubelet's own doing, and the worker that did them reads its pod itself
+/// Only what happens to a container on its own is read: its exit. Creations, starts and
+/// removals are the kubelet's own doing, and the worker that did them reads its pod itself
 /// (`PodCache::fresh`); reading them again for the event doubled the CRI calls at start-up and,
 /// with containerd's CRI view trailing its events, the retries made 100 pods start 4 s later
 /// and cost 0.8 s more of the kubelet's CPU (bench/api-pods.sh, N = 100). The relist still sees
 /// anyone else's.
+///
+/// The exit is read on `/tasks/delete`, not `/tasks/exit`: containerd's CRI plugin handles an
+/// exit by deleting the task and only then marks the container exited, so a read on
+/// `/tasks/exit` cannot show it yet and was made again and again until it did (about 3 reads of
+/// 5 CRI calls each per exit). An OOM kill is followed by its exit, read then.
 pub fn expect_of_topic(t: Topic) -> Option<Expect> {
     match t {
-        Topic::ContainerCreate | Topic::TaskStart | Topic::ContainerDelete => None,
-        Topic::TaskExit => Some(Expect::Exited),
-        Topic::TaskOom => Some(Expect::Nothing),
-        // containerd's CRI plugin deletes an exited task before it marks the container exited:
-        // this comes just before CRI shows the exit.
+        Topic::ContainerCreate
+        | Topic::TaskStart
+        | Topic::ContainerDelete
+        | Topic::TaskExit
+        | Topic::TaskOom => None,
         Topic::TaskDelete => Some(Expect::Exited),
     }
 }
@@ -371,9 +371,9 @@ mod tests {
         for (t, want) in [
             (Topic::ContainerCreate, None),
             (Topic::TaskStart, None),
-            (Topic::TaskExit, Some(Expect::Exited)),
+            (Topic::TaskExit, None),
             (Topic::ContainerDelete, None),
-            (Topic::TaskOom, Some(Expect::Nothing)),
+            (Topic::TaskOom, None),
             (Topic::TaskDelete, Some(Expect::Exited)),
         ] {
             assert_eq!(expect_of_topic(t), want, "{t:?}");

@@ -263,6 +263,7 @@ impl Pleg {
                     relist = Some(Box::pin(relist_once(
                         self.runtime.clone(),
                         self.last.clone(),
+                        self.cache.view(),
                         started,
                     )));
                 }
@@ -302,6 +303,25 @@ impl Pleg {
                     // event in flight, not a missed one.
                     self.late.insert(hint.id.clone(), Instant::now());
                     let uid = hint.uid.clone().or_else(|| self.owners.get(&hint.id).cloned());
+                    // An exit the kubelet is causing: the stopper reads the pod when its stop
+                    // returns (`runtime::manager::Stopping`). It stays pending in `late`: a
+                    // relist finding the exit first found an event received, not a missed one.
+                    if self.runtime.stopping.contains(&hint.id) {
+                        continue;
+                    }
+                    // A worker's own read after stopping the container may show the exit
+                    // already: nothing to read for the event.
+                    if let Some(u) = &uid {
+                        if !hint_reading.contains_key(u)
+                            && self
+                                .cache
+                                .status(u)
+                                .is_some_and(|st| targeted::already_shown(hint.expect, &hint.id, &st))
+                        {
+                            self.late.remove(&hint.id);
+                            continue;
+                        }
+                    }
                     match uid {
                         Some(u) => match hint_reading.get(&u) {
                             // The read under way looks again now, and once more when done.
@@ -340,7 +360,9 @@ impl Pleg {
                 }
                 Some((uid, at, res)) = reads.next(), if !reads.is_empty() => {
                     reading.remove(&uid);
-                    self.cache.set(&uid, res, at);
+                    if !self.apply_read(uid.clone(), at, res).await {
+                        return;
+                    }
                     // Start what waited: this pod again, or pods queued while reads were full.
                     let next: Vec<String> = again
                         .iter()
@@ -422,19 +444,32 @@ impl Pleg {
         if !read.met {
             debug!(uid = %uid, "a read after a runtime event does not show it yet; the relist will");
         }
-        let status = match read.status {
+        self.apply_read(uid, read.at, read.status).await
+    }
+
+    /// A read of one pod (for a runtime event, or for a worker that must see what it just did):
+    /// into the cache, and its changes against what PLEG last reported sent at once. The next
+    /// relist then finds the pod as reported and does not read it again: before, every change a
+    /// worker made was read twice, once for the worker and once for the relist that noticed it.
+    async fn apply_read(
+        &mut self,
+        uid: String,
+        at: Instant,
+        res: Result<PodRuntimeStatus, String>,
+    ) -> bool {
+        let status = match res {
             Ok(st) => st,
             Err(e) => {
-                self.cache.set(&uid, Err(e), read.at);
+                self.cache.set(&uid, Err(e), at);
                 return true;
             }
         };
         let entry = targeted::snapshot_of(&status);
-        self.cache.set(&uid, Ok(status), read.at);
-        if self.last_at.get(&uid).is_some_and(|t| *t > read.at) {
+        self.cache.set(&uid, Ok(status), at);
+        if self.last_at.get(&uid).is_some_and(|t| *t > at) {
             return true;
         }
-        let events = self.report(&uid, entry, read.at);
+        let events = self.report(&uid, entry, at);
         self.send(events).await
     }
 
@@ -502,6 +537,8 @@ impl Pleg {
         for uid in &gone {
             self.cache.delete(uid);
         }
+        self.cache
+            .prune(r.started, |uid| self.last.contains_key(uid));
         // A pod whose change an event reported while this relist ran, and that changed again
         // since: the relist did not read it (its snapshot was the older one), so read it now
         // before the timestamp says it is current.
@@ -549,6 +586,7 @@ fn kind_label(k: EventKind) -> &'static str {
 async fn relist_once(
     runtime: RuntimeManager,
     last: HashMap<String, RuntimeSnapshotEntry>,
+    cached: cache::CacheView,
     started: Instant,
 ) -> Relisted {
     let pods = match runtime.list_pods().await {
@@ -567,9 +605,16 @@ async fn relist_once(
         current.insert(r.uid.clone(), entry);
         refs.push(r);
     }
+    // Changed since the last report, and not already in the cache as listed: a read a worker
+    // asked for while this relist listed has it (and reported it), under load most of them.
     let to_read: Vec<String> = current
         .iter()
         .filter(|(uid, e)| last.get(*uid) != Some(*e))
+        .filter(|(uid, e)| {
+            cached
+                .status(uid)
+                .is_none_or(|st| targeted::snapshot_of(&st).as_ref() != Some(*e))
+        })
         .map(|(uid, _)| uid.clone())
         .collect();
     let statuses = futures::stream::iter(to_read.into_iter().map(|uid| {

@@ -2,12 +2,14 @@
 //! runtime state and performs single operations. Decisions live in `actions`; the order of
 //! operations for one sync lives in `sync`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::{api, CriClient, CriError};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
@@ -77,6 +79,56 @@ pub struct RuntimeManager {
     /// cgroups): sandboxes start in their pod's cgroup. A function, so that the runtime does not
     /// depend on the container manager.
     pub cgroup_parent: CgroupParent,
+    /// Containers and sandboxes a StopContainer / StopPodSandbox of ours is stopping now.
+    pub stopping: Stopping,
+}
+
+/// The IDs the kubelet is stopping, or stopped moments ago. PLEG reads no pod for their exit
+/// events: the caller reads the pod itself when the stop returns (or removes it), and until
+/// the stop returns CRI does not show the exit (a sandbox's stop includes its network's
+/// teardown), so each event cost a read and its retries for nothing, 4 to 6 reads of 5 CRI calls
+/// per pod deleted. An event may also arrive just after the stop's reply: a stopped ID is kept
+/// for [`STOPPED_KEPT`]. The relist still sees every exit within a second.
+#[derive(Clone, Debug, Default)]
+pub struct Stopping(std::sync::Arc<std::sync::Mutex<HashMap<String, Option<Instant>>>>);
+
+/// How long a stopped ID stays marked after its stop returned.
+pub const STOPPED_KEPT: Duration = Duration::from_secs(2);
+
+impl Stopping {
+    fn ids(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Instant>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `id` as being stopped; when the guard drops (the stop returned, failed or was
+    /// cancelled) it counts as stopped from then on.
+    fn mark(&self, id: &str) -> StoppingGuard {
+        let mut ids = self.ids();
+        ids.retain(|_, t| t.is_none_or(|t| t.elapsed() < STOPPED_KEPT));
+        ids.insert(id.to_string(), None);
+        StoppingGuard {
+            set: self.clone(),
+            id: id.to_string(),
+        }
+    }
+
+    /// Being stopped, or stopped less than [`STOPPED_KEPT`] ago.
+    pub fn contains(&self, id: &str) -> bool {
+        self.ids()
+            .get(id)
+            .is_some_and(|t| t.is_none_or(|t| t.elapsed() < STOPPED_KEPT))
+    }
+}
+
+struct StoppingGuard {
+    set: Stopping,
+    id: String,
+}
+
+impl Drop for StoppingGuard {
+    fn drop(&mut self) {
+        self.set.ids().insert(self.id.clone(), Some(Instant::now()));
+    }
 }
 
 /// See [`RuntimeManager::cgroup_parent`].
@@ -355,6 +407,7 @@ impl RuntimeManager {
 
     /// StopContainer with a grace period; a container already gone counts as stopped.
     pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let _stopping = self.stopping.mark(id);
         match self
             .cri
             .stop_container(api::StopContainerRequest {
@@ -387,6 +440,7 @@ impl RuntimeManager {
     }
 
     pub async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        let _stopping = self.stopping.mark(id);
         match self
             .cri
             .stop_pod_sandbox(api::StopPodSandboxRequest {
