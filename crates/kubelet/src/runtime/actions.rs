@@ -53,6 +53,20 @@ pub struct PodActions {
     pub replace_uncounted: BTreeSet<String>,
 }
 
+impl PodActions {
+    /// Nothing to do in the runtime: the pod is as it should be.
+    pub fn is_noop(&self) -> bool {
+        !self.kill_pod
+            && !self.create_sandbox
+            && self.init_containers_to_start.is_empty()
+            && self.containers_to_start.is_empty()
+            && self.ephemeral_containers_to_start.is_empty()
+            && self.containers_to_kill.is_empty()
+            && self.start_existing.is_empty()
+            && self.interrupted_to_remove.is_empty()
+    }
+}
+
 fn should_restart_on_failure(pod: &Pod) -> bool {
     podutil::restart_policy(pod) != "Never"
 }

@@ -266,8 +266,17 @@ pub async fn kill_pod(
         )
     });
     let first_err = join_all(stops).await.into_iter().find_map(Result::err);
-    // Stops what is left (created or unknown containers, the sandbox); containers stopped above
-    // are already exited, so their second StopContainer returns at once.
-    ctx.runtime.kill_pod(rt, grace).await?;
+    // Stops what is left (created or unknown containers, the sandbox), without a second
+    // StopContainer for those stopped above.
+    let rest = PodRuntimeStatus {
+        containers: rt
+            .containers
+            .iter()
+            .filter(|c| c.state != ContainerState::Running)
+            .cloned()
+            .collect(),
+        ..rt.clone()
+    };
+    ctx.runtime.kill_pod(&rest, grace).await?;
     first_err.map_or(Ok(()), Err)
 }

@@ -377,17 +377,21 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             }
         }
     }
-    let retry = execute(ctx, state, pod, &rt).await;
-    // Show the result of what was just done without waiting for the next relist.
-    let acted = tokio::time::Instant::now();
-    state.last_sync = Some(acted);
-    if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(acted)).await {
-        let status = publish(ctx, state, pod, &rt).await;
-        if is_terminal(&status) {
-            return SyncOutcome {
-                terminal: true,
-                retry_after: None,
-            };
+    let (retry, acted) = execute(ctx, state, pod, &rt).await;
+    // Show the result of what was just done without waiting for the next relist. A sync that
+    // changed nothing (a periodic resync, most PLEG events) has published its status above:
+    // reading the pod again cost 5 CRI calls per pod per resync for the same status.
+    if acted {
+        let acted = tokio::time::Instant::now();
+        state.last_sync = Some(acted);
+        if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(acted)).await {
+            let status = publish(ctx, state, pod, &rt).await;
+            if is_terminal(&status) {
+                return SyncOutcome {
+                    terminal: true,
+                    retry_after: None,
+                };
+            }
         }
     }
     // Sync again when the active deadline ends, so the pod fails on time.
@@ -518,19 +522,21 @@ fn grace(pod: &Pod) -> Duration {
     Duration::from_secs(podutil::grace_period_seconds(pod).max(0) as u64)
 }
 
-/// Carries out `compute_pod_actions`; returns when to retry, if anything failed or waits.
+/// Carries out `compute_pod_actions`; returns when to retry, if anything failed or waits, and
+/// whether there was anything to do in the runtime (else the pod needs no new read).
 async fn execute(
     ctx: &SyncContext,
     state: &mut PodState,
     pod: &Arc<Pod>,
     rt: &PodRuntimeStatus,
-) -> Option<Duration> {
+) -> (Option<Duration>, bool) {
     let who = podutil::describe(pod);
     // Containers another kubelet created (before a swap to rkubelet) are judged by their image,
     // not by a hash rkubelet cannot reproduce.
     let rt = &*adopt::adopt_foreign(&ctx.runtime, pod, rt).await;
     let probes = ctx.probes.borrow().clone();
     let actions = compute_pod_actions(pod, rt, &probes);
+    let acted = !actions.is_noop();
     let mut retry: Option<Duration> = None;
     let mut want_retry = |d: Duration| retry = Some(retry.map_or(d, |r: Duration| r.min(d)));
 
@@ -559,10 +565,10 @@ async fn execute(
                 events::FAILED_TO_KILL_POD,
                 format!("error killing pod: {e}"),
             );
-            return Some(ERROR_RETRY);
+            return (Some(ERROR_RETRY), acted);
         }
         if !actions.create_sandbox {
-            return None;
+            return (None, acted);
         }
     }
     for k in &actions.containers_to_kill {
@@ -617,7 +623,7 @@ async fn execute(
                     events::FAILED_CREATE_POD_SANDBOX,
                     format!("Failed to create pod sandbox: {e}"),
                 );
-                return Some(ERROR_RETRY);
+                return (Some(ERROR_RETRY), acted);
             }
         }
     } else {
@@ -753,7 +759,7 @@ async fn execute(
     let now = crate::clock::now();
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
-    retry
+    (retry, acted)
 }
 
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
@@ -1027,9 +1033,16 @@ async fn tear_down_volumes(ctx: &SyncContext, pod: &Pod) {
 
 /// Upstream `SyncTerminatedPod` plus the container/sandbox GC of a deleted pod: remove containers,
 /// sandboxes, logs and the pod directory.
-pub async fn cleanup_pod(ctx: &SyncContext, pod: &Pod) -> Result<(), RuntimeError> {
+///
+/// `state.last_sync` is when termination stopped the pod's containers; the read made after that
+/// (or any newer) shows everything to remove, as the worker created nothing since.
+pub async fn cleanup_pod(
+    ctx: &SyncContext,
+    state: &PodState,
+    pod: &Pod,
+) -> Result<(), RuntimeError> {
     let id = crate::runtime::manager::RuntimePodRef::of(pod);
-    remove_from_runtime(ctx, &id, Duration::from_secs(2)).await?;
+    remove_from_runtime(ctx, &id, Duration::from_secs(2), state.last_sync).await?;
     // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
     ctx.tokens.forget_pod(podutil::uid(pod));
     ctx.timeline.forget(podutil::uid(pod));
@@ -1047,17 +1060,16 @@ pub async fn remove_pod_cgroup(ctx: &SyncContext, uid: &str) {
 }
 
 /// Stops whatever still runs with `grace` (a racing restart; a pod only the runtime knows) and
-/// removes the pod's containers, sandboxes and logs, from what the runtime has now.
+/// removes the pod's containers, sandboxes and logs, as a read newer than `since` shows them
+/// (None: what the runtime has now).
 pub async fn remove_from_runtime(
     ctx: &SyncContext,
     pod: &crate::runtime::manager::RuntimePodRef,
     grace: Duration,
+    since: Option<tokio::time::Instant>,
 ) -> Result<(), RuntimeError> {
-    // Everything the runtime has now, not what an earlier read saw.
-    let rt = ctx
-        .cache
-        .fresh(&pod.uid, Some(tokio::time::Instant::now()))
-        .await?;
+    let since = since.unwrap_or_else(tokio::time::Instant::now);
+    let rt = ctx.cache.fresh(&pod.uid, Some(since)).await?;
     ctx.runtime.kill_pod(&rt, grace).await?;
     ctx.runtime.remove_pod(pod, &rt).await
 }

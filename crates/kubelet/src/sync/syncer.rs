@@ -48,7 +48,8 @@ impl PodSyncer for Syncer {
         pod: &RuntimePodRef,
         grace: Duration,
     ) -> Result<(), RuntimeError> {
-        remove_from_runtime(&self.ctx, pod, grace).await?;
+        // Only the runtime knows this pod: everything it has now.
+        remove_from_runtime(&self.ctx, pod, grace, None).await?;
         remove_pod_dir(&self.ctx, pod).await;
         remove_pod_cgroup(&self.ctx, &pod.uid).await;
         Ok(())
@@ -56,10 +57,10 @@ impl PodSyncer for Syncer {
 
     async fn sync_terminated_pod(
         &self,
-        _state: &mut PodState,
+        state: &mut PodState,
         pod: &Arc<Pod>,
     ) -> Result<(), RuntimeError> {
-        cleanup_pod(&self.ctx, pod).await?;
+        cleanup_pod(&self.ctx, state, pod).await?;
         self.ctx.status.remove(podutil::uid(pod)).await;
         Ok(())
     }
