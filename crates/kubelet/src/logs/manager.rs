@@ -8,6 +8,7 @@
 //! manager's mutex for `Clean`), so a rotation never renames a file that is being deleted and
 //! recreates it. Symlink creation touches no rotated file and is done by the handle directly.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -64,6 +65,10 @@ pub struct ContainerLogManager {
     policy: RotationPolicy,
     symlink_dir: PathBuf,
     commands: mpsc::Receiver<Command>,
+    /// Each running container's log path, asked of the runtime once: a container's log path
+    /// never changes, and upstream's ContainerStatus per running container every round was
+    /// 100 CRI calls per 10 s at 100 pods. Kept for the containers of the last listing only.
+    log_paths: HashMap<String, Option<PathBuf>>,
 }
 
 /// Cheap to clone; how the runtime manager tells the log manager about containers.
@@ -92,6 +97,7 @@ impl ContainerLogManager {
                 policy,
                 symlink_dir,
                 commands,
+                log_paths: HashMap::new(),
             },
             handle,
         )
@@ -118,7 +124,7 @@ impl ContainerLogManager {
     }
 
     /// Upstream `rotateLogs`: one container's failure does not stop the others.
-    async fn rotate_logs(&self) {
+    async fn rotate_logs(&mut self) {
         let containers = match self
             .cri
             .list_containers(api::ListContainersRequest { filter: None })
@@ -130,17 +136,25 @@ impl ContainerLogManager {
                 return;
             }
         };
-        for c in containers
+        let running: Vec<&str> = containers
             .iter()
             .filter(|c| c.state == api::ContainerState::ContainerRunning as i32)
-        {
-            if let Err(e) = self.process_container(&c.id).await {
-                warn!(container_id = %c.id, error = %e, "failed to rotate container log");
+            .map(|c| c.id.as_str())
+            .collect();
+        self.log_paths
+            .retain(|id, _| running.contains(&id.as_str()));
+        for id in running {
+            if let Err(e) = self.process_container(id).await {
+                warn!(container_id = %id, error = %e, "failed to rotate container log");
             }
         }
     }
 
-    async fn process_container(&self, id: &str) -> Result<(), LogsError> {
+    /// The container's log path (None: it has none), from the runtime the first time.
+    async fn log_path(&mut self, id: &str) -> Result<Option<PathBuf>, LogsError> {
+        if let Some(p) = self.log_paths.get(id) {
+            return Ok(p.clone());
+        }
         let status = self
             .cri
             .container_status(api::ContainerStatusRequest {
@@ -153,10 +167,18 @@ impl ContainerLogManager {
                 source,
             })?
             .status;
-        let Some(path) = status.map(|s| s.log_path).filter(|p| !p.is_empty()) else {
+        let path = status
+            .map(|s| s.log_path)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        self.log_paths.insert(id.to_string(), path.clone());
+        Ok(path)
+    }
+
+    async fn process_container(&mut self, id: &str) -> Result<(), LogsError> {
+        let Some(path) = self.log_path(id).await? else {
             return Ok(());
         };
-        let path = PathBuf::from(path);
         let size = match tokio::fs::metadata(&path).await {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
