@@ -9,6 +9,7 @@ mod throttle;
 pub use gc_manager::{ImageGc, ImageGcHandle};
 pub use throttle::{PullLimiter, PULL_QPS_EXCEEDED};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -20,6 +21,7 @@ use crate::backoff::Backoff;
 use crate::credentials;
 use crate::events::{self, EventType, Recorder};
 use crate::podutil;
+use crate::runtime::security::ImageUser;
 use crate::types::{Reason, StartError};
 
 /// Upstream `applyDefaultImageTag`: no tag and no digest means `:latest`.
@@ -47,7 +49,14 @@ pub struct ImageManager {
     /// The node's default keyring: its docker config file and the
     /// `--image-credential-provider-config` plugins. Empty until [`Self::with_node_keyring`].
     node_keyring: credentials::node_keyring::NodeKeyring,
+    /// The user of each image ID [`Self::ensure`] found present, for [`Self::image_user`]:
+    /// an image ID names immutable content, so the container's start need not ask CRI
+    /// ImageStatus a second time (upstream does, in `getImageUser`).
+    users: Arc<std::sync::Mutex<HashMap<String, ImageUser>>>,
 }
+
+/// At most this many image users are remembered; the map starts over beyond it.
+const USERS_KEPT: usize = 256;
 
 impl ImageManager {
     pub fn new(
@@ -63,6 +72,7 @@ impl ImageManager {
             recorder,
             client,
             node_keyring: Default::default(),
+            users: Default::default(),
         }
     }
 
@@ -135,15 +145,29 @@ impl ImageManager {
                     format!("Failed to inspect image {image:?}: {}", e.message()),
                 )
             })?;
-        Ok(resp.image.map(|i| i.id))
+        let Some(found) = resp.image else {
+            return Ok(None);
+        };
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        if users.len() >= USERS_KEPT {
+            users.clear();
+        }
+        users.insert(found.id.clone(), ImageUser::from_image(Some(&found)));
+        Ok(Some(found.id))
     }
 
     /// The user `image` runs as, from CRI ImageStatus (upstream `getImageUser`): runAsNonRoot
     /// checks it and a container without runAsUser runs as it.
-    pub async fn image_user(
-        &self,
-        image: &str,
-    ) -> Result<crate::runtime::security::ImageUser, rkubelet_cri::CriError> {
+    pub async fn image_user(&self, image: &str) -> Result<ImageUser, rkubelet_cri::CriError> {
+        let known = self
+            .users
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .cloned();
+        if let Some(user) = known {
+            return Ok(user);
+        }
         let resp = self
             .cri
             .image_status(api::ImageStatusRequest {
@@ -154,9 +178,7 @@ impl ImageManager {
                 verbose: false,
             })
             .await?;
-        Ok(crate::runtime::security::ImageUser::from_image(
-            resp.image.as_ref(),
-        ))
+        Ok(ImageUser::from_image(resp.image.as_ref()))
     }
 
     /// Upstream `EnsureImageExists`: returns the image reference to create the container from.
