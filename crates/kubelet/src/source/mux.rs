@@ -24,38 +24,46 @@ impl Merger {
     pub fn merge(&mut self, snap: SourceSnapshot) -> (Vec<PodUpdate>, bool) {
         let first = !self.sources.contains_key(snap.source);
         let old = self.sources.entry(snap.source).or_default();
-        let mut new: HashMap<String, Arc<Pod>> = HashMap::with_capacity(snap.pods.len());
-        // Borrowed (namespace, name): a snapshot per watch event allocates no name strings.
+        // Borrowed keys and the previous map updated in place: a snapshot per watch event (one
+        // per status patch of ours echoing back) allocates nothing per pod it shares.
         let mut names: HashSet<(&str, &str)> = HashSet::with_capacity(snap.pods.len());
+        let mut uids: HashSet<&str> = HashSet::with_capacity(snap.pods.len());
+        let mut adds = Vec::new();
+        let mut updates = Vec::new();
+        let mut replaced = Vec::new();
         for pod in &snap.pods {
             let uid = podutil::uid(pod);
-            if !names.insert((podutil::namespace(pod), podutil::name(pod))) || new.contains_key(uid)
-            {
+            if !names.insert((podutil::namespace(pod), podutil::name(pod))) || !uids.insert(uid) {
                 let full = podutil::full_name(pod);
                 warn!(pod = %full, source = snap.source, "duplicate pod name or UID in source; ignoring the later one");
                 continue;
             }
-            new.insert(uid.to_string(), pod.clone());
-        }
-        let mut removes = Vec::new();
-        let mut adds = Vec::new();
-        let mut updates = Vec::new();
-        for (uid, pod) in old.iter() {
-            if !new.contains_key(uid) {
-                removes.push(pod.clone());
-            }
-        }
-        for (uid, pod) in &new {
             match old.get(uid) {
                 None => adds.push(pod.clone()),
                 // The same allocation: the source did not replace this pod since the last one.
-                Some(prev) if !Arc::ptr_eq(prev, pod) && differ_semantically(prev, pod) => {
-                    updates.push(pod.clone())
+                Some(prev) if Arc::ptr_eq(prev, pod) => {}
+                Some(prev) => {
+                    if differ_semantically(prev, pod) {
+                        updates.push(pod.clone());
+                    }
+                    replaced.push(pod.clone());
                 }
-                Some(_) => {}
             }
         }
-        *old = new;
+        // Every previous pod the snapshot still has was matched above: fewer means removals.
+        let mut removes = Vec::new();
+        if uids.len() - adds.len() < old.len() {
+            old.retain(|uid, pod| {
+                let keep = uids.contains(uid.as_str());
+                if !keep {
+                    removes.push(pod.clone());
+                }
+                keep
+            });
+        }
+        for pod in adds.iter().chain(&replaced) {
+            old.insert(podutil::uid(pod).to_string(), pod.clone());
+        }
         let mut out = Vec::new();
         for (op, pods) in [
             (PodOp::Remove, removes),
