@@ -382,6 +382,44 @@ fn removing_a_pod_dir_without_mounts() {
         .is_empty());
 }
 
+/// The walk that spares the mount table: a real bind mount (same file system, so only the
+/// kernel's mount-root attribute can tell) deep in a pod directory is seen; the table then finds
+/// it and the teardown unmounts it before anything is removed. Needs root, as the kubelet.
+#[test]
+fn bind_mount_below_a_pod_dir_is_found_and_unmounted() {
+    use nix::mount::{mount, MsFlags};
+    let tmp = tempfile::tempdir().unwrap();
+    let pod_dir = tmp.path().join("pods/uid-2");
+    let target = pod_dir.join("volumes/kubernetes.io~local-volume/pv");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::create_dir_all(pod_dir.join("containers/c")).unwrap();
+    std::fs::write(pod_dir.join("etc-hosts"), "").unwrap();
+    assert!(nothing_mounted_below(&pod_dir), "no mounts yet");
+    assert_eq!(is_mount_root(&target), Some(false));
+    let source = tmp.path().join("pv-data");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("keep"), "precious").unwrap();
+    mount(
+        Some(&source),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    assert_eq!(is_mount_root(&target), Some(true));
+    assert!(!nothing_mounted_below(&pod_dir), "the bind mount is seen");
+    let below = mounts_below(&pod_dir).unwrap();
+    assert_eq!(below, vec![std::fs::canonicalize(&target).unwrap()]);
+    remove_pod_dir(&pod_dir).unwrap();
+    assert!(!pod_dir.exists());
+    // The volume's own content was unmounted, never deleted through the mount.
+    assert_eq!(
+        std::fs::read_to_string(source.join("keep")).unwrap(),
+        "precious"
+    );
+}
+
 #[test]
 fn memory_empty_dir_is_capped_by_the_pod_limit() {
     use super::empty_dir::{memory_size, pod_memory_limit};
