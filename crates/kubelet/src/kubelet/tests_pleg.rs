@@ -258,3 +258,40 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
     );
     h.stop().await;
 }
+
+/// While its worker is creating the pod's container (a CreateContainer of 3 s here), the
+/// relists that find the new sandbox leave the pod to the worker, which reads it when done.
+#[tokio::test(start_paused = true)]
+async fn a_pod_its_worker_is_changing_is_left_to_the_worker() {
+    let h = Harness::start().await;
+    h.fake
+        .delay("create_container", "app", Duration::from_secs(3));
+    h.want(vec![pod("p", "uid-p", vec![container("app")])])
+        .await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "p", "app")
+    })
+    .await;
+    let created = h.calls("create_container", "app")[0].at;
+    let started = h.calls("start_container", "app")[0].at;
+    let during = |ts: Vec<Instant>| -> Vec<Instant> {
+        ts.into_iter()
+            .filter(|t| *t > created && *t < started)
+            .collect()
+    };
+    let relisted = during(relists(&h.fake));
+    assert!(relisted.len() >= 2, "relists while creating: {relisted:?}");
+    let reads = during(pod_reads(&h.fake, "uid-p"));
+    assert!(
+        reads.is_empty(),
+        "the pod was read at {reads:?} while its worker acted"
+    );
+    // Once done, the worker's read shows it running, and the relists after it find it so.
+    let n = relists(&h.fake).len();
+    h.until("two relists", Duration::from_secs(5), |f| {
+        relists(f).len() >= n + 2
+    })
+    .await;
+    assert!(running(&h.fake, "p", "app"));
+    h.stop().await;
+}

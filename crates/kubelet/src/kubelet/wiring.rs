@@ -453,6 +453,7 @@ impl Wiring<'_> {
                 }))
             },
             stopping: Default::default(),
+            acting: Default::default(),
         };
         // Upstream admits against the Node object; ours is what this kubelet registers (labels
         // and taints set later by an admin through the API are not seen yet).

@@ -153,6 +153,9 @@ struct Listed {
     /// Fresh statuses of the pods that changed since the snapshot the relist started from
     /// (upstream `updateCache` for pods with events).
     statuses: Vec<(String, Result<PodRuntimeStatus, String>)>,
+    /// Changed pods not read because their worker was changing them: left for the worker's
+    /// own read, or the next relist.
+    acting: HashSet<String>,
 }
 
 /// How long an event the runtime's CRI view did not show yet is remembered (see `Pleg::late`).
@@ -504,6 +507,12 @@ impl Pleg {
             if self.last_at.get(&uid).is_some_and(|t| *t >= r.started) {
                 continue;
             }
+            // Not read because its worker was changing it: not reported either, so the next
+            // relist still finds the change unless the worker's own read reported it first
+            // (a worker whose sync turned out to change nothing reads nothing).
+            if listed.acting.contains(&uid) {
+                continue;
+            }
             let entry = current.remove(&uid);
             if entry.is_none() && self.last.contains_key(&uid) {
                 gone.push(uid.clone());
@@ -607,6 +616,8 @@ async fn relist_once(
     }
     // Changed since the last report, and not already in the cache as listed: a read a worker
     // asked for while this relist listed has it (and reported it), under load most of them.
+    // A pod its worker is changing now is not read either (`runtime::manager::Acting`).
+    let mut acting = HashSet::new();
     let to_read: Vec<String> = current
         .iter()
         .filter(|(uid, e)| last.get(*uid) != Some(*e))
@@ -614,6 +625,13 @@ async fn relist_once(
             cached
                 .status(uid)
                 .is_none_or(|st| targeted::snapshot_of(&st).as_ref() != Some(*e))
+        })
+        .filter(|(uid, _)| {
+            let busy = runtime.acting.contains(uid);
+            if busy {
+                acting.insert((*uid).clone());
+            }
+            !busy
         })
         .map(|(uid, _)| uid.clone())
         .collect();
@@ -633,6 +651,7 @@ async fn relist_once(
             refs,
             current,
             statuses,
+            acting,
         }),
     }
 }

@@ -81,6 +81,46 @@ pub struct RuntimeManager {
     pub cgroup_parent: CgroupParent,
     /// Containers and sandboxes a StopContainer / StopPodSandbox of ours is stopping now.
     pub stopping: Stopping,
+    /// Pods whose worker is changing them in the runtime now.
+    pub acting: Acting,
+}
+
+/// The pods (by UID) whose worker is carrying out its actions in the runtime now (creating the
+/// sandbox, starting containers, stopping them). The relist does not read them: the worker
+/// reads its pod itself once it is done, asking for a read newer than that moment, which the
+/// relist's timestamp cannot answer. While 100 pods started, relists read each about twice
+/// more between its sandbox and its container's start (5 CRI calls a read).
+#[derive(Clone, Debug, Default)]
+pub struct Acting(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl Acting {
+    fn uids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `uid` until the guard drops; take the worker's "done" instant after the drop.
+    pub fn mark(&self, uid: &str) -> ActingGuard {
+        self.uids().insert(uid.to_string());
+        ActingGuard {
+            set: self.clone(),
+            uid: uid.to_string(),
+        }
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        self.uids().contains(uid)
+    }
+}
+
+pub struct ActingGuard {
+    set: Acting,
+    uid: String,
+}
+
+impl Drop for ActingGuard {
+    fn drop(&mut self) {
+        self.set.uids().remove(&self.uid);
+    }
 }
 
 /// The IDs the kubelet is stopping, or stopped moments ago. PLEG reads no pod for their exit

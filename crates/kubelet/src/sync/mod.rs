@@ -377,7 +377,9 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
             }
         }
     }
+    let acting = ctx.runtime.acting.mark(podutil::uid(pod));
     let (retry, acted) = execute(ctx, state, pod, &rt).await;
+    drop(acting);
     // Show the result of what was just done without waiting for the next relist. A sync that
     // changed nothing (a periodic resync, most PLEG events) has published its status above:
     // reading the pod again cost 5 CRI calls per pod per resync for the same status.
@@ -992,7 +994,10 @@ pub async fn terminate_pod(
     // Upstream stops liveness and startup probes of a terminating pod: it is being killed anyway.
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
-    hooks::kill_pod(ctx, pod, &rt, g).await?;
+    let acting = ctx.runtime.acting.mark(podutil::uid(pod));
+    let killed = hooks::kill_pod(ctx, pod, &rt, g).await;
+    drop(acting);
+    killed?;
     let killed = tokio::time::Instant::now();
     state.last_sync = Some(killed);
     if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await {
