@@ -15,6 +15,7 @@ pub mod eviction;
 pub mod expansion;
 pub mod grpc_uds;
 pub mod health;
+pub mod heap;
 pub mod hosts;
 pub mod images;
 pub mod kubelet;

@@ -68,6 +68,8 @@ pub struct SyncLoop<S: PodSyncer> {
     pub timeline: crate::timeline::TimelineHandle,
     /// The CSI plugin: an orphaned pod directory's CSI volumes go through their driver.
     pub csi: crate::volumes::csi::CsiVolumes,
+    /// `workers.finished_total()` when housekeeping last released freed heap (`crate::heap`).
+    pub heap_released_at: u64,
 }
 
 /// The loop's inputs.
@@ -415,6 +417,12 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// read, or a restart would kill everything.
     async fn housekeeping(&mut self) {
         self.workers.reap();
+        // Workers that finished since the last round freed their pods' memory: give it back.
+        let finished = self.workers.finished_total();
+        if finished != self.heap_released_at {
+            self.heap_released_at = finished;
+            crate::heap::release_free();
+        }
         self.publish_active_pods();
         if !self.expected_sources.is_subset(&self.seen_sources) {
             return;

@@ -933,6 +933,7 @@ impl Wiring<'_> {
             active_pods: eviction.active_pods,
             timeline,
             csi,
+            heap_released_at: 0,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,

@@ -164,6 +164,8 @@ pub struct PodWorkers<S: PodSyncer> {
     tasks: JoinSet<()>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     cancel: CancellationToken,
+    /// How many workers have finished since start (housekeeping releases freed heap after).
+    finished_total: u64,
 }
 
 impl<S: PodSyncer> PodWorkers<S> {
@@ -178,7 +180,13 @@ impl<S: PodSyncer> PodWorkers<S> {
             tasks: JoinSet::new(),
             events,
             cancel,
+            finished_total: 0,
         }
+    }
+
+    /// How many workers have finished since start.
+    pub fn finished_total(&self) -> u64 {
+        self.finished_total
     }
 
     pub fn get(&self, uid: &str) -> Option<&PodRecord> {
@@ -430,6 +438,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// start now (this UID wanted again, or another waiting for the name).
     pub fn finished(&mut self, uid: &str, pod: Option<&Pod>) -> Vec<Arc<Pod>> {
         self.reap();
+        self.finished_total += 1;
         let Some(r) = self.records.get_mut(uid) else {
             return Vec::new();
         };
