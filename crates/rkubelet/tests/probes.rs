@@ -233,9 +233,12 @@ async fn readiness_follows_the_http_probe_and_never_restarts() {
     });
     assert_eq!(ready(&p).as_deref(), Some("False"));
     assert_eq!(status_of(&p).restart_count, 0);
-    assert!(
-        http_get(&ip, 8080, "/").is_ok(),
-        "the server itself still runs"
+    // One connection may fail on a loaded host (seen once in a CI run, with two test binaries
+    // side by side): the claim is that the server still runs, so it gets a few seconds.
+    wait_until(
+        Duration::from_secs(10),
+        "the server itself still answering",
+        || http_get(&ip, 8080, "/").ok(),
     );
 }
 
