@@ -266,12 +266,7 @@ async fn a_pod_its_worker_is_changing_is_left_to_the_worker() {
     let h = Harness::start().await;
     h.fake
         .delay("create_container", "app", Duration::from_secs(3));
-    h.want(vec![pod("p", "uid-p", vec![container("app")])])
-        .await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "p", "app")
-    })
-    .await;
+    running_pod(&h, |_| true).await;
     let created = h.calls("create_container", "app")[0].at;
     let started = h.calls("start_container", "app")[0].at;
     let during = |ts: Vec<Instant>| -> Vec<Instant> {

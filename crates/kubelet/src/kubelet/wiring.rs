@@ -452,8 +452,10 @@ impl Wiring<'_> {
                     cm.cgroup_parent(pod)
                 }))
             },
-            stopping: Default::default(),
-            acting: Default::default(),
+            stopping: crate::runtime::manager::Marks::kept_for(
+                crate::runtime::manager::STOPPED_KEPT,
+            ),
+            acting: crate::runtime::manager::Marks::kept_for(std::time::Duration::ZERO),
         };
         // Upstream admits against the Node object; ours is what this kubelet registers (labels
         // and taints set later by an admin through the API are not seen yet).

@@ -307,7 +307,7 @@ impl Pleg {
                     self.late.insert(hint.id.clone(), Instant::now());
                     let uid = hint.uid.clone().or_else(|| self.owners.get(&hint.id).cloned());
                     // An exit the kubelet is causing: the stopper reads the pod when its stop
-                    // returns (`runtime::manager::Stopping`). It stays pending in `late`: a
+                    // returns (`runtime::manager::Marks`). It stays pending in `late`: a
                     // relist finding the exit first found an event received, not a missed one.
                     if self.runtime.stopping.contains(&hint.id) {
                         continue;
@@ -616,7 +616,7 @@ async fn relist_once(
     }
     // Changed since the last report, and not already in the cache as listed: a read a worker
     // asked for while this relist listed has it (and reported it), under load most of them.
-    // A pod its worker is changing now is not read either (`runtime::manager::Acting`).
+    // A pod its worker is changing now is not read either (`runtime::manager::Marks`).
     let mut acting = HashSet::new();
     let to_read: Vec<String> = current
         .iter()

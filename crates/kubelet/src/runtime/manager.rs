@@ -79,95 +79,85 @@ pub struct RuntimeManager {
     /// cgroups): sandboxes start in their pod's cgroup. A function, so that the runtime does not
     /// depend on the container manager.
     pub cgroup_parent: CgroupParent,
-    /// Containers and sandboxes a StopContainer / StopPodSandbox of ours is stopping now.
-    pub stopping: Stopping,
-    /// Pods whose worker is changing them in the runtime now.
-    pub acting: Acting,
+    /// Containers and sandboxes a StopContainer / StopPodSandbox of ours is stopping now, or
+    /// stopped less than [`STOPPED_KEPT`] ago ([`Marks`]).
+    pub stopping: Marks,
+    /// Pods whose worker is changing them in the runtime now ([`Marks`]).
+    pub acting: Marks,
 }
 
-/// The pods (by UID) whose worker is carrying out its actions in the runtime now (creating the
-/// sandbox, starting containers, stopping them). The relist does not read them: the worker
-/// reads its pod itself once it is done, asking for a read newer than that moment, which the
-/// relist's timestamp cannot answer. While 100 pods started, relists read each about twice
-/// more between its sandbox and its container's start (5 CRI calls a read).
-#[derive(Clone, Debug, Default)]
-pub struct Acting(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
-
-impl Acting {
-    fn uids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Marks `uid` until the guard drops; take the worker's "done" instant after the drop.
-    pub fn mark(&self, uid: &str) -> ActingGuard {
-        self.uids().insert(uid.to_string());
-        ActingGuard {
-            set: self.clone(),
-            uid: uid.to_string(),
-        }
-    }
-
-    pub fn contains(&self, uid: &str) -> bool {
-        self.uids().contains(uid)
-    }
+/// IDs marked while an operation on them runs, and for `kept` after it ended: what PLEG
+/// leaves to whoever does the operation, which reads the pod itself when done.
+///
+/// - `stopping` ([`RuntimeManager::stopping`]): containers and sandboxes being stopped. PLEG
+///   reads no pod for their exit events: until the stop returns CRI does not show the exit (a
+///   sandbox's stop includes its network's teardown), so each event cost a read and its
+///   retries for nothing, 4 to 6 reads of 5 CRI calls per pod deleted. An event may arrive
+///   just after the stop's reply: a stopped ID is kept for [`STOPPED_KEPT`].
+/// - `acting` ([`RuntimeManager::acting`]): pods (by UID) whose worker is carrying out its
+///   actions (creating the sandbox, starting or stopping containers). The relist does not read
+///   them: the worker asks for a read newer than its actions' end, which the relist's
+///   timestamp cannot answer. While 100 pods started, relists read each about twice more
+///   between its sandbox and its container's start (5 CRI calls a read).
+///
+/// The relist still sees every change within a second of the mark's end.
+#[derive(Clone, Debug)]
+pub struct Marks {
+    ids: std::sync::Arc<std::sync::Mutex<HashMap<String, Option<Instant>>>>,
+    kept: Duration,
 }
-
-pub struct ActingGuard {
-    set: Acting,
-    uid: String,
-}
-
-impl Drop for ActingGuard {
-    fn drop(&mut self) {
-        self.set.uids().remove(&self.uid);
-    }
-}
-
-/// The IDs the kubelet is stopping, or stopped moments ago. PLEG reads no pod for their exit
-/// events: the caller reads the pod itself when the stop returns (or removes it), and until
-/// the stop returns CRI does not show the exit (a sandbox's stop includes its network's
-/// teardown), so each event cost a read and its retries for nothing, 4 to 6 reads of 5 CRI calls
-/// per pod deleted. An event may also arrive just after the stop's reply: a stopped ID is kept
-/// for [`STOPPED_KEPT`]. The relist still sees every exit within a second.
-#[derive(Clone, Debug, Default)]
-pub struct Stopping(std::sync::Arc<std::sync::Mutex<HashMap<String, Option<Instant>>>>);
 
 /// How long a stopped ID stays marked after its stop returned.
 pub const STOPPED_KEPT: Duration = Duration::from_secs(2);
 
-impl Stopping {
-    fn ids(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Instant>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+impl Marks {
+    /// Marks that end `kept` after their operation (zero: at once).
+    pub fn kept_for(kept: Duration) -> Marks {
+        Marks {
+            ids: Default::default(),
+            kept,
+        }
     }
 
-    /// Marks `id` as being stopped; when the guard drops (the stop returned, failed or was
-    /// cancelled) it counts as stopped from then on.
-    fn mark(&self, id: &str) -> StoppingGuard {
+    fn ids(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Instant>>> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn live(&self, ended: &Option<Instant>) -> bool {
+        ended.is_none_or(|t| t.elapsed() < self.kept)
+    }
+
+    /// Marks `id` until the guard drops (the operation returned, failed or was cancelled), and
+    /// `kept` after; take a "done" instant after the drop.
+    pub fn mark(&self, id: &str) -> MarkGuard {
         let mut ids = self.ids();
-        ids.retain(|_, t| t.is_none_or(|t| t.elapsed() < STOPPED_KEPT));
+        ids.retain(|_, t| self.live(t));
         ids.insert(id.to_string(), None);
-        StoppingGuard {
-            set: self.clone(),
+        MarkGuard {
+            marks: self.clone(),
             id: id.to_string(),
         }
     }
 
-    /// Being stopped, or stopped less than [`STOPPED_KEPT`] ago.
+    /// Under way, or ended less than `kept` ago.
     pub fn contains(&self, id: &str) -> bool {
-        self.ids()
-            .get(id)
-            .is_some_and(|t| t.is_none_or(|t| t.elapsed() < STOPPED_KEPT))
+        self.ids().get(id).is_some_and(|t| self.live(t))
     }
 }
 
-struct StoppingGuard {
-    set: Stopping,
+pub struct MarkGuard {
+    marks: Marks,
     id: String,
 }
 
-impl Drop for StoppingGuard {
+impl Drop for MarkGuard {
     fn drop(&mut self) {
-        self.set.ids().insert(self.id.clone(), Some(Instant::now()));
+        let mut ids = self.marks.ids();
+        if self.marks.kept.is_zero() {
+            ids.remove(&self.id);
+        } else {
+            ids.insert(self.id.clone(), Some(Instant::now()));
+        }
     }
 }
 
