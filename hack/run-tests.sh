@@ -20,11 +20,12 @@ LANES="${1:-2}"
 # Binaries that must not share the host with another test binary:
 # - eviction: thresholds sit just below the machine's real memory.available / disk space;
 #   another binary's pods would move them.
-# - upstream_swap, csi_upstream: upstream's kubelet sets host kernel tunables (kernel.panic,
-#   overcommit) and logs under the host's /var/log/pods.
+# - upstream_swap, csi_upstream: upstream's kubelet logs under the host's /var/log/pods and
+#   restores host kernel tunables when done.
+# - kernel_tunables: sets host kernel tunables to other values than every kubelet sets.
 # - stats, metrics, cadvisor, overhead, oom: read node-wide CPU, memory and cgroup figures.
 # - kubeadm: a whole cluster (two nodes, kube-proxy's iptables) and the most CPU of any test.
-SERIAL=" eviction upstream_swap csi_upstream stats metrics cadvisor overhead oom kubeadm "
+SERIAL=" eviction upstream_swap csi_upstream kernel_tunables stats metrics cadvisor overhead oom kubeadm "
 
 work="$(mktemp -d /tmp/run-tests.XXXXXX)"
 trap 'rm -rf "$work"' EXIT

@@ -22,6 +22,28 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # (only things whose owning test process is gone), so the check below sees this run alone.
 "$HACK_DIR/clean-stale.sh"
 
+# Every kubelet the tests start sets the kernel tunables upstream's does (kernel.panic,
+# vm.overcommit_memory, ...; setupKernelTunables): the host gets its own values back afterwards.
+# A run killed before restoring leaves the file, and the next run restores from it (its values
+# are the host's, not the ones that run's kubelets set).
+tunables="$RK_CACHE/host-tunables"
+mkdir -p "$RK_CACHE"
+if [[ ! -s "$tunables" ]]; then
+    for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops \
+        kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+        echo "$k=$(cat "/proc/sys/$k")"
+    done >"$tunables.tmp" && mv "$tunables.tmp" "$tunables"
+fi
+restore_tunables() {
+    local k v
+    while IFS='=' read -r k v; do
+        [[ "$k" =~ ^[a-z0-9_/]+$ && -n "$v" ]] || continue
+        echo "$v" >"/proc/sys/$k" || log "warning: cannot restore /proc/sys/$k=$v"
+    done <"$tunables"
+    rm -f "$tunables"
+}
+trap restore_tunables EXIT
+
 log "tests (unit + integration): hack/run-tests.sh"
 "$HACK_DIR/run-tests.sh" 2
 

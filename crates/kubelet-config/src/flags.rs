@@ -365,7 +365,7 @@ pub const FLAGS: &[Spec] = &[
     cfg("eviction-max-pod-grace-period", Int, "evictionMaxPodGracePeriod", Implemented),
     cfg("eviction-minimum-reclaim", Map, "evictionMinimumReclaim", Implemented),
     cfg("pods-per-core", Int, "podsPerCore", Implemented),
-    cfg("protect-kernel-defaults", Bool, "protectKernelDefaults", NotYet),
+    cfg("protect-kernel-defaults", Bool, "protectKernelDefaults", Implemented),
     cfg("reserved-cpus", Str, "reservedSystemCPUs", Implemented),
     cfg("topology-manager-scope", Str, "topologyManagerScope", Implemented),
     cfg(

@@ -44,6 +44,9 @@ pub struct CgroupConfig {
     pub custom_cfs_quota_period: bool,
     /// `failSwapOn`: refuse to start while swap is on.
     pub fail_swap_on: bool,
+    /// `protectKernelDefaults`: refuse to start when a kernel tunable the kubelet relies on
+    /// differs from upstream's value, instead of setting it (upstream `setupKernelTunables`).
+    pub protect_kernel_defaults: bool,
     /// `evictionHard` after defaulting (the same map as `KubeletConfig::eviction.hard`):
     /// allocatable holds the memory and nodefs thresholds back (upstream
     /// `GetNodeAllocatableReservation`).
@@ -66,6 +69,7 @@ impl Default for CgroupConfig {
             cpu_cfs_quota_period: DEFAULT_CFS_PERIOD,
             custom_cfs_quota_period: false,
             fail_swap_on: true,
+            protect_kernel_defaults: false,
             eviction_hard: default_eviction_hard(),
         }
     }
@@ -116,6 +120,9 @@ pub(super) fn read(r: &mut Reader, out: &mut CgroupConfig) {
     r.duration("cpuCFSQuotaPeriod", &mut out.cpu_cfs_quota_period);
     if let Some(b) = r.bool("failSwapOn") {
         out.fail_swap_on = b;
+    }
+    if let Some(b) = r.bool("protectKernelDefaults") {
+        out.protect_kernel_defaults = b;
     }
 }
 
@@ -297,7 +304,7 @@ mod tests {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              cgroupRoot: /rk\ncgroupDriver: systemd\ncgroupsPerQOS: true\n\
              kubeReserved: {cpu: 100m, memory: 128Mi}\nsystemReserved: {memory: 64Mi, pid: \"100\"}\n\
-             podPidsLimit: 42\ncpuCFSQuota: false\nfailSwapOn: false\n\
+             podPidsLimit: 42\ncpuCFSQuota: false\nfailSwapOn: false\nprotectKernelDefaults: true\n\
              evictionHard: {memory.available: 5%}\nenforceNodeAllocatable: [pods]\n\
              featureGates: {CustomCPUCFSQuotaPeriod: true}\ncpuCFSQuotaPeriod: 50ms\n",
         )
@@ -309,6 +316,8 @@ mod tests {
         assert_eq!(c.system_reserved["pid"], "100");
         assert_eq!(c.pod_pids_limit, 42);
         assert!(!c.cpu_cfs_quota && !c.fail_swap_on);
+        assert!(c.protect_kernel_defaults);
+        assert!(!CgroupConfig::default().protect_kernel_defaults);
         assert_eq!(c.eviction_hard.len(), 1);
         assert_eq!(c.effective_cfs_period(), Duration::from_millis(50));
         assert!(

@@ -231,7 +231,7 @@ pub const FIELDS: &[Field] = &[
     f("mergeDefaultEvictionSettings", Bool, "false", Implemented),
     f("podsPerCore", Int, "", Implemented),
     f("enableControllerAttachDetach", Bool, "true", NotYet),
-    f("protectKernelDefaults", Bool, "", NotYet),
+    f("protectKernelDefaults", Bool, "", Implemented),
     f("makeIPTablesUtilChains", Bool, "true", Ignored),
     f("iptablesMasqueradeBit", Int, "14", Ignored),
     f("iptablesDropBit", Int, "15", Ignored),

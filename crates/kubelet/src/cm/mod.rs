@@ -13,6 +13,7 @@ mod admit;
 pub mod allocatable;
 pub mod cpu;
 pub mod devices;
+pub mod kernel_tunables;
 pub mod names;
 pub mod resources;
 pub mod topology;
@@ -44,6 +45,8 @@ pub enum CmError {
     SwapOn(Vec<String>),
     #[error("reading /proc/swaps: {0}")]
     Swaps(#[source] std::io::Error),
+    #[error(transparent)]
+    KernelTunables(#[from] kernel_tunables::TunablesError),
     #[error(transparent)]
     Allocatable(#[from] AllocatableError),
     #[error("cgroup {name}: {source}")]
@@ -80,6 +83,21 @@ pub fn check_swap(cfg: &CgroupConfig) -> Result<(), CmError> {
     } else {
         Err(CmError::SwapOn(lines))
     }
+}
+
+/// Upstream `setupKernelTunables` as `setupNode` calls it: with `protectKernelDefaults` a
+/// differing value stops the start, without it the value is set. Runs whatever the cgroup
+/// settings, before the QoS cgroups, as upstream.
+pub async fn setup_kernel_tunables(
+    proc_sys: PathBuf,
+    protect_kernel_defaults: bool,
+) -> Result<(), CmError> {
+    let behavior = kernel_tunables::Behavior::from_protect(protect_kernel_defaults);
+    let updated = blocking(move || Ok(kernel_tunables::setup(&proc_sys, behavior)?)).await?;
+    if !updated.is_empty() {
+        info!(flags = ?updated, "kernel tunables set to the kubelet's values (protectKernelDefaults is off)");
+    }
+    Ok(())
 }
 
 /// The cheap handle every pod worker and the SyncLoop share.

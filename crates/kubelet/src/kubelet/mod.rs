@@ -172,6 +172,9 @@ pub struct Deps {
     /// The cgroup manager pod cgroups are made with when `cgroupsPerQOS` is on; [`run`] detects
     /// the host's (v1 or v2, by `cgroupDriver`), tests pass an in-memory one.
     pub cgroups: Option<Arc<dyn cgroups::CgroupManager>>,
+    /// The `/proc/sys` the kernel tunables are checked and set in (upstream
+    /// `setupKernelTunables`): the host's in [`run`], a directory of their own in tests.
+    pub proc_sys: std::path::PathBuf,
 }
 
 /// Runs the kubelet until `cancel` fires. Pods keep running after it returns, as upstream.
@@ -193,6 +196,7 @@ pub async fn run(cfg: KubeletConfig, cancel: CancellationToken) -> Result<(), Ku
             cri,
             extra_source: None,
             cgroups,
+            proc_sys: "/proc/sys".into(),
         },
         cancel,
     )
@@ -210,6 +214,7 @@ pub async fn run_with(
         cri,
         extra_source,
         cgroups,
+        proc_sys,
     } = deps;
     // Upstream refuses to start with swap on before anything else (`NewContainerManager`).
     crate::cm::check_swap(&cfg.cgroups)?;
@@ -244,7 +249,7 @@ pub async fn run_with(
         return shutdown(w.tasks, cancel).await;
     };
     let node = w.node_identity()?;
-    let cm = w.container_manager(&node, cgroups).await?;
+    let cm = w.container_manager(&node, cgroups, proc_sys).await?;
     let pods = w.pod_runtime(&version, &node, &api, cm)?;
     stats.set_csi(pods.ctx.csi.clone());
     if cfg.enable_server && cfg.port != 0 {

@@ -77,10 +77,19 @@ impl Harness {
         let (pods, rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
         let cgroups = Arc::new(cgroups::fake::FakeManager::default());
+        // A /proc/sys of its own, every tunable at a value the kubelet must change: never the
+        // host's, which the test process may not (and must not) touch.
+        let proc_sys = dir.path().join("proc-sys");
+        for (flag, _) in crate::cm::kernel_tunables::DESIRED {
+            let path = proc_sys.join(flag);
+            std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
+            std::fs::write(&path, "2\n").expect("write a tunable");
+        }
         let deps = Deps {
             cri,
             extra_source: Some((SOURCE, rx)),
             cgroups: Some(cgroups.clone()),
+            proc_sys,
         };
         let stop = cancel.clone();
         let kubelet = tokio::spawn(async move {
@@ -131,6 +140,25 @@ impl Harness {
         self.cancel.cancel();
         self.kubelet.await.expect("kubelet task");
     }
+}
+
+/// The kubelet sets the kernel tunables it relies on (upstream `setupKernelTunables`) before
+/// the first pod starts.
+#[tokio::test(start_paused = true)]
+async fn kernel_tunables_are_set_before_pods_start() {
+    let h = Harness::start().await;
+    h.want(vec![pod("first", "uid-first", vec![container("app")])])
+        .await;
+    h.until("app running", Duration::from_secs(30), |f| {
+        running(f, "first", "app")
+    })
+    .await;
+    for (flag, want) in crate::cm::kernel_tunables::DESIRED {
+        let path = h._dir.path().join("proc-sys").join(flag);
+        let got = std::fs::read_to_string(&path).expect("read a tunable");
+        assert_eq!(got.trim(), want.to_string(), "{flag}");
+    }
+    h.stop().await;
 }
 
 pub(super) fn running(f: &FakeRuntime, pod: &str, container: &str) -> bool {

@@ -290,16 +290,20 @@ impl Wiring<'_> {
         })
     }
 
-    /// The container manager (upstream `NewContainerManager` + `Start`): kubepods limited to
-    /// node allocatable and the QoS tiers, when `cgroupsPerQOS` is on and a cgroup manager is
-    /// given; every pod operation a no-op otherwise.
+    /// The container manager (upstream `NewContainerManager` + `Start`): the kernel tunables
+    /// checked or set first (`setupNode`), then kubepods limited to node allocatable and the
+    /// QoS tiers, when `cgroupsPerQOS` is on and a cgroup manager is given; every pod operation
+    /// a no-op otherwise.
     /// The device manager starts with it (upstream `containerManagerImpl.Start` starts
     /// `deviceManager`), whatever the cgroup settings.
     pub async fn container_manager(
         &mut self,
         node: &NodeIdentity,
         cgroups: Option<Arc<dyn cgroups::CgroupManager>>,
+        proc_sys: std::path::PathBuf,
     ) -> Result<crate::cm::ContainerManager, KubeletError> {
+        crate::cm::setup_kernel_tunables(proc_sys, self.cfg.cgroups.protect_kernel_defaults)
+            .await?;
         let cm = self.pod_cgroups(node, cgroups).await?;
         let (devices, run) =
             crate::cm::devices::start(&self.cfg.root_dir, self.cancel.child_token()).await?;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod klog;
+pub mod tunables;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -139,6 +140,44 @@ impl Env {
     }
 
     pub fn start_kubelet_with(&mut self, extra: &[&str]) {
+        let child = self.kubelet_command(extra).spawn().expect("spawn rkubelet");
+        self.kubelet = Some(child);
+        let port = self.healthz_port;
+        wait_until(Duration::from_secs(10), "rkubelet healthz", || {
+            http_get("127.0.0.1", port, "/healthz")
+                .ok()
+                .filter(|(c, _)| *c == 200)
+        });
+    }
+
+    /// Runs rkubelet as [`Env::start_kubelet_with`] would, for one that must stop on its own
+    /// (a start refused): its exit status once it exited, or a panic after `within`.
+    pub fn run_kubelet_to_exit(
+        &mut self,
+        extra: &[&str],
+        within: Duration,
+    ) -> std::process::ExitStatus {
+        let mut child = self.kubelet_command(extra).spawn().expect("spawn rkubelet");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "rkubelet {extra:?} still runs after {within:?}:\n{}",
+                    tail(&self.kubelet_log(), 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The config file written and the command line of a test kubelet, its output to the next
+    /// log file.
+    fn kubelet_command(&mut self, extra: &[&str]) -> Command {
         let cfg = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {}\npodLogsDir: {}\nreadOnlyPort: {}\nhealthzPort: {}\nport: {}\n\
@@ -168,8 +207,8 @@ impl Env {
         std::fs::write(self.config_path(), cfg).unwrap();
         self.runs += 1;
         let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
-            .arg("--config")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkubelet"));
+        cmd.arg("--config")
             .arg(self.config_path())
             .arg(format!(
                 "--container-runtime-endpoint=unix://{}",
@@ -190,16 +229,8 @@ impl Env {
             .env_remove("RUST_LOG")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn rkubelet");
-        self.kubelet = Some(child);
-        let port = self.healthz_port;
-        wait_until(Duration::from_secs(10), "rkubelet healthz", || {
-            http_get("127.0.0.1", port, "/healthz")
-                .ok()
-                .filter(|(c, _)| *c == 200)
-        });
+            .stdin(Stdio::null());
+        cmd
     }
 
     /// Starts rkubelet with exactly `args`, nothing added (an operator's unit-file command line),

@@ -111,34 +111,7 @@ impl Drop for Upstream {
     }
 }
 
-/// The sysctls upstream's `setupKernelTunables` sets on the host (kernel.panic=10,
-/// panic_on_oops=1, vm.overcommit_memory=1, ...); rkubelet does not touch them. Saved before the
-/// upstream kubelet starts and restored by [`HostCleanup`], as the shared host had them.
-pub const TUNABLES: [&str; 6] = [
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-];
-
-pub fn read_tunables() -> Vec<(String, String)> {
-    TUNABLES
-        .iter()
-        .filter_map(|k| {
-            let v = std::fs::read_to_string(Path::new("/proc/sys").join(k)).ok()?;
-            Some((k.to_string(), v.trim().to_string()))
-        })
-        .collect()
-}
-
-/// Writes `key=value` lines (keys relative to /proc/sys) for hack/clean-stale.sh, which restores
-/// them when the test process died without dropping its [`HostCleanup`].
-pub fn save_tunables(path: &Path, tunables: &[(String, String)]) {
-    let text: String = tunables.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-    std::fs::write(path, text).expect("write the saved host tunables");
-}
+pub use crate::common::tunables::{read_tunables, save_tunables};
 
 /// Both kubelets log under /var/log/pods and link from /var/log/containers (the same command
 /// line means upstream's defaults); this removes what this test's pods left there, restores the
