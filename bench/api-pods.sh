@@ -27,7 +27,7 @@
 # kernel tunables (setupKernelTunables) and logs under /var/log/pods: the script puts both back.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # RKUBELET=path overrides the binary (e.g. to compare two builds in one session).
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
@@ -37,10 +37,7 @@ NODE_NAME=apibench
 FIRST_INDEX=70
 CGROUP_ROOT=/rkubelet-apibench # its own kubepods; builds without pod cgroups ignore the flag
 
-CUR_CD="" CUR_CP="" CUR_PID="" RESULTS="" TUNABLES_WAS=""
-# What upstream's setupKernelTunables writes; saved before it runs, written back after.
-TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
-    kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+CUR_CD="" CUR_CP="" CUR_PID="" RESULTS=""
 
 cleanup() {
     if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
@@ -60,13 +57,11 @@ cleanup() {
 # Upstream's tunables back as the host had them; the bench pods' logs under /var/log (both
 # kubelets, podLogsDir's default) removed.
 restore_host() {
-    local kv
-    for kv in $TUNABLES_WAS; do echo "${kv#*=}" >"/proc/sys/${kv%%=*}" 2>/dev/null || true; done
+    restore_tunables "$BENCH_TUNABLES"
     rm -rf /var/log/pods/default_bench-[0-9][0-9][0-9]_* 2>/dev/null || true
     find /var/log/containers -maxdepth 1 -name 'bench-[0-9][0-9][0-9]_default_*' -delete 2>/dev/null || true
 }
-trap 'cleanup; rm -f "$RESULTS"' EXIT
-trap 'exit 130' INT TERM
+bench_traps 'cleanup; rm -f "$RESULTS"'
 
 MEASURE_PY=$(
     cat <<'PY'
@@ -395,8 +390,6 @@ bench_one() {
     kc="$("$HACK_DIR/control-plane.sh" node-cert "$cp" "$NODE_NAME")"
     mkdir -p "$cd/kubelet"
     write_config "$cd/kubelet-config.yaml" "$qps"
-    TUNABLES_WAS=""
-    for kv in "${TUNABLES[@]}"; do TUNABLES_WAS+="$kv=$(cat "/proc/sys/$kv") "; done
     "$bin" --config "$cd/kubelet-config.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime=remote --container-runtime-endpoint "unix://$sock" \
         --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" \

@@ -11,7 +11,7 @@
 # `/metrics/resource` over the same pods for comparison. rkubelet's log: /tmp/rkubelet-cadvisorbench.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}" # RKUBELET=target/debug/rkubelet to try it quickly
 ROUNDS="${ROUNDS:-30}"
@@ -31,16 +31,9 @@ cleanup() {
     "$HACK_DIR/containerd.sh" down "$DIR" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_traps 'cleanup'
 
 # free_port START: the first port from START on nobody listens on.
-free_port() {
-    local p="$1"
-    while ss -Htln "sport = :$p" | grep -q .; do p=$((p + 1)); done
-    echo "$p"
-}
-
 MEASURE_PY=$(
     cat <<'PY'
 import os, sys, time, urllib.request

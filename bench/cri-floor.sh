@@ -20,7 +20,7 @@
 # --cgroup-root /rkubelet-floorbench; its log: /tmp/rkubelet-floorbench-N.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
 CRI_FLOOR="${CRI_FLOOR:-$REPO_ROOT/target/release/cri-floor}"
@@ -31,7 +31,7 @@ CGROUP_ROOT=/rkubelet-floorbench
 CP=/tmp/rkubelet-floorbench-cp
 CD=/tmp/rkubelet-floorbench-cd
 
-CUR_PID="" RESULTS="" KEYS_WAS="" BYTES_WAS=""
+CUR_PID="" RESULTS=""
 
 stop_rkubelet() {
     if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
@@ -46,18 +46,7 @@ cleanup() {
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
 }
-restore_keys() {
-    [[ -z "$KEYS_WAS" ]] || echo "$KEYS_WAS" >/proc/sys/kernel/keys/root_maxkeys
-    [[ -z "$BYTES_WAS" ]] || echo "$BYTES_WAS" >/proc/sys/kernel/keys/root_maxbytes
-}
-trap 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"; restore_keys' EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    local p="$1"
-    while ss -Htln "sport = :$p" | grep -q .; do p=$((p + 1)); done
-    echo "$p"
-}
+bench_traps 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"'
 
 bench_one() {
     local n="$1" kc="$2" url="$3" sock port sport logf i
@@ -116,23 +105,10 @@ main() {
         log "building $RKUBELET and $CRI_FLOOR"
         (cd "$REPO_ROOT" && cargo build --release -p rkubelet -p rkubelet-bench-cri-floor)
     fi
-    # runc gives every container (pause included) a session keyring, counted against root's
-    # kernel.keys.root_maxkeys (and _maxbytes): a host left at 200 fails StartContainer past ~100 pods with "disk
-    # quota exceeded". Upstream's kubelet raises them to 1000000 / 25000000 at start
-    # (setupKernelTunables);
-    # the floor has no kubelet to do it, so the bench does, for its run only.
-    local keys
-    keys="$(cat /proc/sys/kernel/keys/root_maxkeys)"
-    if ((keys < 1000000)); then
-        log "kernel.keys.root_maxkeys $keys -> 1000000 for the run (upstream kubelet's value)"
-        KEYS_WAS="$keys"
-        echo 1000000 >/proc/sys/kernel/keys/root_maxkeys
-    fi
-    keys="$(cat /proc/sys/kernel/keys/root_maxbytes)"
-    if ((keys < 25000000)); then
-        BYTES_WAS="$keys"
-        echo 25000000 >/proc/sys/kernel/keys/root_maxbytes
-    fi
+    # The floor has no kubelet to set the host's kernel tunables (the key quotas among them:
+    # runc gives every container a session keyring); rkubelet sets them in the same run, so the
+    # floor runs on the host as rkubelet leaves it. The host's values come back at exit.
+    set_kubelet_tunables
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true
     log "control plane in $CP"

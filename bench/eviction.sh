@@ -19,7 +19,7 @@
 #    pod's local storage limits, which is what a pass costs when no threshold is met.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
 NODE_NAME=evictionbench
@@ -34,8 +34,7 @@ cleanup() {
     fi
     "$HACK_DIR/containerd.sh" down "$DIR" 2>/dev/null || true
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_traps 'cleanup'
 
 STATS_PY=$(
     cat <<'PY'

@@ -12,7 +12,7 @@
 # /tmp/rkubelet-plegbench-MODE.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 N="${1:-50}"
 INDEX=119
@@ -40,14 +40,7 @@ cleanup() {
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    local p="$1"
-    while ss -Htln "sport = :$p" | grep -q .; do p=$((p + 1)); done
-    echo "$p"
-}
+bench_traps 'cleanup'
 
 bench_mode() {
     local mode="$1" events="$2" sock port sport logf i

@@ -20,7 +20,7 @@
 # is kept in /tmp/rkubelet-probebench-RUN.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="$REPO_ROOT/target/release/rkubelet"
 NODE_NAME=probebench
@@ -39,16 +39,9 @@ cleanup() {
     [[ -z "$CUR_DIR" ]] || "$HACK_DIR/containerd.sh" down "$CUR_DIR" 2>/dev/null || true
     CUR_DIR=""
 }
-trap 'cleanup; rm -f "$RESULTS"' EXIT
-trap 'exit 130' INT TERM # run the EXIT trap on Ctrl-C too
+bench_traps 'cleanup; rm -f "$RESULTS"'
 
 # free_port START: the first port from START on nobody listens on.
-free_port() {
-    local p="$1"
-    while ss -Htln "sport = :$p" | grep -q .; do p=$((p + 1)); done
-    echo "$p"
-}
-
 MEASURE_PY=$(
     cat <<'PY'
 import json, os, re, sys, time, urllib.request

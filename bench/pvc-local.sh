@@ -20,7 +20,7 @@
 # creating the pods to all Running and from deleting them to no mount left.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
 PVC_PLUGIN="${PVC_PLUGIN:-local}"
@@ -62,8 +62,7 @@ cleanup() {
     [[ -z "$CUR_CP" ]] || "$HACK_DIR/control-plane.sh" down "$CUR_CP" 2>/dev/null || true
     CUR_CD="" CUR_CP=""
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_traps 'cleanup'
 
 # storage_operation_duration_seconds of the local plugin: "op count mean_ms" lines.
 METRIC_PY=$(

@@ -13,9 +13,10 @@
 # (with margins), so an outage that misses them prints FAILED beside its figures.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 need_root
+bench_traps ':'
 outages=("$@")
 ((${#outages[@]})) || outages=(30 120 300)
 LOCK=${RK_ITEST_LOCK:-/work/logs/itest.lock}

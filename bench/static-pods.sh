@@ -13,7 +13,7 @@
 # RK_BENCH_FLAGS adds rkubelet flags, e.g. RK_BENCH_FLAGS=--v=4 for a debug log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="$REPO_ROOT/target/release/rkubelet"
 NODE_NAME=bench
@@ -37,16 +37,9 @@ cleanup() {
     fi
     CUR_DIR=""
 }
-trap 'cleanup; rm -f "$RESULTS"' EXIT
-trap 'exit 130' INT TERM # run the EXIT trap on Ctrl-C too
+bench_traps 'cleanup; rm -f "$RESULTS"'
 
 # free_port START: the first port from START on nobody listens on.
-free_port() {
-    local p="$1"
-    while ss -Htln "sport = :$p" | grep -q .; do p=$((p + 1)); done
-    echo "$p"
-}
-
 # The measurement itself: python3 for sub-second polling, JSON and percentiles.
 MEASURE_PY=$(
     cat <<'PY'

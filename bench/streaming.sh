@@ -16,7 +16,7 @@
 # rkubelet's log: /tmp/rkubelet-streambench.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="$REPO_ROOT/target/release/rkubelet"
 NODE_NAME=streambench
@@ -32,8 +32,7 @@ cleanup() {
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_traps 'cleanup'
 
 MEASURE_PY=$(
     cat <<'PY'

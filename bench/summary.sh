@@ -15,7 +15,7 @@
 # /tmp/rkubelet-summarybench.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/../hack/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}" # RKUBELET=target/debug/rkubelet to try it quickly
 NODE_NAME=summarybench
@@ -31,16 +31,9 @@ cleanup() {
     # rkubelet leaves pods running on exit; containerd.sh down removes them.
     "$HACK_DIR/containerd.sh" down "$DIR" 2>/dev/null || true
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_traps 'cleanup'
 
 # free_port START: the first port from START on nobody listens on.
-free_port() {
-    local p="$1"
-    while ss -Htln "sport = :$p" | grep -q .; do p=$((p + 1)); done
-    echo "$p"
-}
-
 MEASURE_PY=$(
     cat <<'PY'
 import json, os, sys, time, urllib.request

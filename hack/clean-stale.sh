@@ -37,14 +37,9 @@ for dir in /tmp/rkt-*; do
     pid="$(owner "$(basename "$dir")")" || true
     dead "$pid" || continue
     log "stale: $dir (pid $pid is gone)"
-    # The upstream-swap test saves the host's kernel tunables before upstream's kubelet changes
-    # them (kernel.panic, vm.overcommit_memory, ...); put them back.
-    if [[ -f "$dir/host-tunables" ]]; then
-        while IFS='=' read -r k v; do
-            [[ "$k" =~ ^[a-z0-9_/]+$ && -n "$v" ]] || continue
-            echo "$v" >"/proc/sys/$k" 2>/dev/null && log "restored /proc/sys/$k=$v" || true
-        done <"$dir/host-tunables"
-    fi
+    # Tests that change the host's kernel tunables (kernel.panic, vm.overcommit_memory, ...;
+    # upstream_swap, csi_upstream, kernel_tunables) save them first; put them back.
+    restore_tunables "$dir/host-tunables"
     case "$(basename "$dir")" in
     rkt-cp-*) "$HACK_DIR/control-plane.sh" down "$dir" || true ;;
     rkt-reg-*) "$HACK_DIR/registry.sh" down "$dir" || true ;;

@@ -56,3 +56,27 @@ unmount_tree() {
         for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
     done
 }
+
+# The host sysctls every kubelet sets at start (upstream setupKernelTunables; rkubelet's
+# cm::kernel_tunables), relative to /proc/sys. Tests and benches save them and put them back.
+KERNEL_TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+    kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+
+# save_tunables FILE: the host's values now, as key=value lines.
+save_tunables() {
+    local k
+    for k in "${KERNEL_TUNABLES[@]}"; do echo "$k=$(cat "/proc/sys/$k")"; done >"$1.tmp"
+    mv "$1.tmp" "$1"
+}
+
+# restore_tunables FILE: writes back the values FILE holds that differ from the host's now (only
+# lines of the key=value form, keys of /proc/sys).
+restore_tunables() {
+    local k v
+    [[ -f "$1" ]] || return 0
+    while IFS='=' read -r k v; do
+        [[ "$k" =~ ^[a-z0-9_/]+$ && -n "$v" && -f "/proc/sys/$k" ]] || continue
+        [[ "$(cat "/proc/sys/$k")" == "$v" ]] && continue
+        if echo "$v" >"/proc/sys/$k"; then log "restored /proc/sys/$k=$v"; else log "warning: cannot restore /proc/sys/$k=$v"; fi
+    done <"$1"
+}

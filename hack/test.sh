@@ -28,21 +28,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # are the host's, not the ones that run's kubelets set).
 tunables="$RK_CACHE/host-tunables"
 mkdir -p "$RK_CACHE"
-if [[ ! -s "$tunables" ]]; then
-    for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops \
-        kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
-        echo "$k=$(cat "/proc/sys/$k")"
-    done >"$tunables.tmp" && mv "$tunables.tmp" "$tunables"
-fi
-restore_tunables() {
-    local k v
-    while IFS='=' read -r k v; do
-        [[ "$k" =~ ^[a-z0-9_/]+$ && -n "$v" ]] || continue
-        echo "$v" >"/proc/sys/$k" || log "warning: cannot restore /proc/sys/$k=$v"
-    done <"$tunables"
-    rm -f "$tunables"
-}
-trap restore_tunables EXIT
+[[ -s "$tunables" ]] || save_tunables "$tunables"
+trap 'restore_tunables "$tunables" && rm -f "$tunables"' EXIT
 
 log "tests (unit + integration): hack/run-tests.sh"
 "$HACK_DIR/run-tests.sh" 2
