@@ -4,7 +4,9 @@
 #
 #   hack/local-up.sh          install deps, build, start containerd (or reuse the
 #                             running one) and run rkubelet in the foreground
-#   hack/local-up.sh --down   stop rkubelet, the pods and containerd; remove the state dir
+#   hack/local-up.sh --down   stop rkubelet, the pods and containerd; remove the state dir;
+#                             the host's kernel tunables (which rkubelet sets, as upstream's
+#                             kubelet) back as they were before the first up
 #
 # Environment: RK_LOCAL_DIR (state dir, default /tmp/rkubelet-local),
 # RK_LOCAL_INDEX (containerd.sh INDEX: bridge rkbrN, subnet 10.88.N.0/24, default 42).
@@ -61,6 +63,7 @@ cmd_down() {
         done
         kill -KILL "${pids[@]}" 2>/dev/null || true
     fi
+    restore_tunables "$STATE_DIR/host-tunables"
     # containerd.sh down kills containers and shims, unmounts everything under
     # the dir, removes the bridge and then the whole dir (kubelet root, pod logs).
     "$HACK_DIR/containerd.sh" down "$STATE_DIR"
@@ -157,6 +160,9 @@ cmd_up() {
     [[ -S "$sock" ]] || die "no containerd socket at '$sock'"
     write_config
     mkdir -p "$STATE_DIR/kubelet"
+    # rkubelet sets the kernel tunables upstream's kubelet sets (kernel.panic=10,
+    # vm.overcommit_memory=1, ...); --down puts back the values the host had before the first up.
+    [[ -s "$STATE_DIR/host-tunables" ]] || save_tunables "$STATE_DIR/host-tunables"
 
     cat >&2 <<EOF
 
