@@ -168,6 +168,15 @@ mod tests {
         dir
     }
 
+    /// Upstream's values but for `changes` (index into [`DESIRED`], new text or None).
+    fn proc_sys_but(changes: &[(usize, Option<&str>)]) -> tempfile::TempDir {
+        let mut values = AS_WANTED;
+        for (i, v) in changes {
+            values[*i] = *v;
+        }
+        proc_sys(&values)
+    }
+
     fn value(dir: &Path, flag: &str) -> String {
         std::fs::read_to_string(dir.join(flag))
             .expect("read")
@@ -194,10 +203,7 @@ mod tests {
 
     #[test]
     fn modify_writes_only_what_differs() {
-        let mut values = AS_WANTED;
-        values[0] = Some("0");
-        values[2] = Some("0");
-        let dir = proc_sys(&values);
+        let dir = proc_sys_but(&[(0, Some("0")), (2, Some("0"))]);
         let updated = setup(dir.path(), Behavior::Modify).expect("ok");
         assert_eq!(
             updated,
@@ -221,10 +227,7 @@ mod tests {
     /// upstream's words and its aggregate's `[a, b]` form.
     #[test]
     fn error_names_every_differing_value_and_writes_nothing() {
-        let mut values = AS_WANTED;
-        values[1] = Some("1");
-        values[4] = Some("200000");
-        let dir = proc_sys(&values);
+        let dir = proc_sys_but(&[(1, Some("1")), (4, Some("200000"))]);
         let err = setup(dir.path(), Behavior::Error).expect_err("refused");
         assert_eq!(
             err.to_string(),
@@ -234,9 +237,7 @@ mod tests {
         assert_eq!(value(dir.path(), "vm/panic_on_oom"), "1");
         assert_eq!(value(dir.path(), "kernel/keys/root_maxkeys"), "200000");
 
-        values = AS_WANTED;
-        values[3] = Some("0");
-        let dir = proc_sys(&values);
+        let dir = proc_sys_but(&[(3, Some("0"))]);
         let err = setup(dir.path(), Behavior::Error).expect_err("refused");
         assert_eq!(
             err.to_string(),
@@ -248,11 +249,7 @@ mod tests {
     /// others are still set.
     #[test]
     fn unreadable_values_are_errors_naming_the_file() {
-        let mut values = AS_WANTED;
-        values[0] = Some("0");
-        values[4] = None;
-        values[5] = Some("lots");
-        let dir = proc_sys(&values);
+        let dir = proc_sys_but(&[(0, Some("0")), (4, None), (5, Some("lots"))]);
         let err = setup(dir.path(), Behavior::Modify).expect_err("fails");
         let text = err.to_string();
         assert_eq!(err.0.len(), 2, "{text}");

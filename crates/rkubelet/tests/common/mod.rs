@@ -140,8 +140,13 @@ impl Env {
     }
 
     pub fn start_kubelet_with(&mut self, extra: &[&str]) {
-        let child = self.kubelet_command(extra).spawn().expect("spawn rkubelet");
-        self.kubelet = Some(child);
+        let cmd = self.kubelet_command(extra);
+        self.spawn_until_healthy(cmd);
+    }
+
+    /// Spawns the kubelet and waits for its healthz on `self.healthz_port`.
+    fn spawn_until_healthy(&mut self, mut cmd: Command) {
+        self.kubelet = Some(cmd.spawn().expect("spawn rkubelet"));
         let port = self.healthz_port;
         wait_until(Duration::from_secs(10), "rkubelet healthz", || {
             http_get("127.0.0.1", port, "/healthz")
@@ -238,21 +243,13 @@ impl Env {
     pub fn start_kubelet_raw(&mut self, args: &[String]) {
         self.runs += 1;
         let log = std::fs::File::create(self.kubelet_log_path(self.runs)).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
-            .args(args)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkubelet"));
+        cmd.args(args)
             .env_remove("RUST_LOG")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn rkubelet");
-        self.kubelet = Some(child);
-        let port = self.healthz_port;
-        wait_until(Duration::from_secs(10), "rkubelet healthz", || {
-            http_get("127.0.0.1", port, "/healthz")
-                .ok()
-                .filter(|(c, _)| *c == 200)
-        });
+            .stdin(Stdio::null());
+        self.spawn_until_healthy(cmd);
     }
 
     /// Where this test's rkubelet puts the `<pod>_<ns>_<container>-<id>.log` symlinks.
