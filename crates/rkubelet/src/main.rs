@@ -272,6 +272,7 @@ fn main() -> anyhow::Result<()> {
         warn!("{w}");
     }
     process::apply(cfg.oom_score_adj, cfg.max_open_files);
+    kubelet::heap::limit_arenas();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
