@@ -51,7 +51,8 @@ impl FileSource {
     }
 
     pub async fn run(mut self, cancel: CancellationToken) {
-        let (ev_tx, mut ev_rx) = mpsc::channel::<()>(1);
+        // Room for a write's closing event behind its first one (see [`change_of`]).
+        let (ev_tx, mut ev_rx) = mpsc::channel::<Change>(16);
         let mut watcher: Option<notify::RecommendedWatcher> = None;
         let mut tick = tokio::time::interval(self.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -74,21 +75,20 @@ impl FileSource {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
-                Some(()) = ev_rx.recv() => {
-                    // Editors write in several steps; let them finish before reading.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                Some(change) = ev_rx.recv() => {
+                    if change == Change::Writing {
+                        settle(&mut ev_rx).await;
+                    }
                     while ev_rx.try_recv().is_ok() {}
                 }
             }
         }
     }
 
-    fn watch(&self, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    fn watch(&self, tx: mpsc::Sender<Change>) -> Option<notify::RecommendedWatcher> {
         let handler = move |res: notify::Result<notify::Event>| {
-            if let Ok(ev) = res {
-                if !ev.kind.is_access() {
-                    let _ = tx.try_send(());
-                }
+            if let Some(change) = res.ok().and_then(|ev| change_of(&ev.kind)) {
+                let _ = tx.try_send(change);
             }
         };
         let mut w = match notify::recommended_watcher(handler) {
@@ -161,6 +161,48 @@ impl FileSource {
     }
 }
 
+/// What an inotify event says about the directory's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// A file was created or written and may still be open for writing.
+    Writing,
+    /// A change that is whole: a writer closed its file, a file was renamed in or out (how
+    /// kubeadm and careful operators replace manifests), removed, or changed mode.
+    Complete,
+}
+
+/// At most this long between a write's first event and the read, when its writer does not
+/// close the file sooner (editors write in several steps).
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The change an event makes, if any. Reads (this source's own included) are none. Upstream's
+/// `file_linux.go` reads the file at every event; waiting for a write's close instead keeps a
+/// half-written manifest from starting a pod, and a rename or a finished write is read at once
+/// rather than after a fixed pause.
+fn change_of(kind: &notify::EventKind) -> Option<Change> {
+    use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(Change::Complete),
+        EventKind::Access(_) => None,
+        EventKind::Modify(ModifyKind::Name(_) | ModifyKind::Metadata(_)) | EventKind::Remove(_) => {
+            Some(Change::Complete)
+        }
+        _ => Some(Change::Writing),
+    }
+}
+
+/// Waits until a write in progress completes or [`SETTLE`] passes, whichever comes first.
+async fn settle(rx: &mut mpsc::Receiver<Change>) {
+    let _ = tokio::time::timeout(SETTLE, async {
+        while let Some(change) = rx.recv().await {
+            if change == Change::Complete {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
 /// Regular files of `dir` not starting with a dot, in name order (upstream ignores dot files).
 async fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut rd = tokio::fs::read_dir(dir).await?;
@@ -182,4 +224,71 @@ async fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, EventKind, MetadataKind, ModifyKind,
+        RemoveKind, RenameMode,
+    };
+
+    #[test]
+    fn events_and_the_change_they_make() {
+        let cases = [
+            (EventKind::Create(CreateKind::File), Some(Change::Writing)),
+            (
+                EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+                Some(Change::Writing),
+            ),
+            (
+                EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                Some(Change::Complete),
+            ),
+            (EventKind::Access(AccessKind::Close(AccessMode::Read)), None),
+            (EventKind::Access(AccessKind::Open(AccessMode::Any)), None),
+            (
+                EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+                Some(Change::Complete),
+            ),
+            (
+                EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+                Some(Change::Complete),
+            ),
+            (
+                EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+                Some(Change::Complete),
+            ),
+            (EventKind::Remove(RemoveKind::File), Some(Change::Complete)),
+            (EventKind::Any, Some(Change::Writing)),
+        ];
+        for (kind, want) in cases {
+            assert_eq!(change_of(&kind), want, "{kind:?}");
+        }
+    }
+
+    /// A write's close ends the wait at once; without one the wait ends after SETTLE.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_is_read_when_its_writer_closes_it() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let start = tokio::time::Instant::now();
+        tx.send(Change::Writing).await.expect("send");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let _ = tx.send(Change::Complete).await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        });
+        rx.recv().await.expect("first event");
+        settle(&mut rx).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(30));
+
+        let (tx, mut rx) = mpsc::channel(16);
+        let start = tokio::time::Instant::now();
+        tx.send(Change::Writing).await.expect("send");
+        rx.recv().await.expect("first event");
+        settle(&mut rx).await;
+        assert_eq!(start.elapsed(), SETTLE);
+        drop(tx);
+    }
 }
