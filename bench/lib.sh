@@ -14,7 +14,8 @@ bench_traps() {
     BENCH_TUNABLES="$(mktemp /tmp/bench-tunables.XXXXXX)"
     save_tunables "$BENCH_TUNABLES"
     # shellcheck disable=SC2064 # the commands are the caller's, expanded now on purpose
-    trap "$1; restore_tunables \"$BENCH_TUNABLES\"; rm -f \"$BENCH_TUNABLES\"" EXIT
+    # set +e: a failing clean-up command must not skip the restore (errexit applies in traps).
+    trap "set +e; $1; restore_tunables \"$BENCH_TUNABLES\"; rm -f \"$BENCH_TUNABLES\"" EXIT
     trap 'exit 130' INT TERM
 }
 

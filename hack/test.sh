@@ -29,7 +29,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 tunables="$RK_CACHE/host-tunables"
 mkdir -p "$RK_CACHE"
 [[ -s "$tunables" ]] || save_tunables "$tunables"
-trap 'restore_tunables "$tunables" && rm -f "$tunables"' EXIT
+trap 'set +e; restore_tunables "$tunables" && rm -f "$tunables"' EXIT
 
 log "tests (unit + integration): hack/run-tests.sh"
 "$HACK_DIR/run-tests.sh" 2
