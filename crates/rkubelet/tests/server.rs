@@ -177,12 +177,7 @@ async fn secure_port_authenticates_and_authorizes() {
     let cp = ControlPlane::up("srv-auth");
     let mut env = Env::new(173);
     env.join(&cp, &[]);
-    // join waits for healthz, which rkubelet serves before it has set up the secure port (its
-    // serving certificate first): without this wait the first request can find nothing there
-    // (curl fails, code 0), as seen on a loaded machine.
-    wait_until(Duration::from_secs(30), "secure port listening", || {
-        std::net::TcpStream::connect(("127.0.0.1", env.port)).ok()
-    });
+    env.wait_secure_port();
 
     // No credentials: 401, on every path (healthz included), as upstream.
     for path in ["/pods", "/healthz", "/containerLogs/default/x/y"] {

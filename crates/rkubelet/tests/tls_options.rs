@@ -52,12 +52,14 @@ async fn min_version_and_cipher_suites_restrict_the_secure_port() {
 
     // Defaults: TLS 1.2 and 1.3, every suite rustls has.
     env.start_kubelet();
+    env.wait_secure_port();
     accepted(handshake(&env, &["--tls-max", "1.2"]), "default, TLS 1.2");
     accepted(handshake(&env, &["--tlsv1.3"]), "default, TLS 1.3");
     env.stop_kubelet(Signal::SIGTERM);
 
     // VersionTLS13 (the flag): a TLS 1.2 client is refused, TLS 1.3 works.
     env.start_kubelet_with(&["--tls-min-version=VersionTLS13"]);
+    env.wait_secure_port();
     refused(
         handshake(&env, &["--tls-max", "1.2"]),
         "TLS 1.2 with VersionTLS13",
@@ -71,6 +73,7 @@ async fn min_version_and_cipher_suites_restrict_the_secure_port() {
          TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_RSA_WITH_AES_256_GCM_SHA384]\n"
         .into();
     env.start_kubelet();
+    env.wait_secure_port();
     let tls12 = |suite: &'static str| handshake(&env, &["--tls-max", "1.2", "--ciphers", suite]);
     refused(
         tls12("ECDHE-ECDSA-AES128-GCM-SHA256"),
@@ -105,6 +108,7 @@ async fn min_version_and_cipher_suites_restrict_the_secure_port() {
     env.start_kubelet_with(&[
         "--tls-cipher-suites=TLS_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
     ]);
+    env.wait_secure_port();
     refused(
         handshake(
             &env,

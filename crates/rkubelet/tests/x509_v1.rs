@@ -232,6 +232,7 @@ fn v1_client_certificates_on_the_secure_port() {
         ca.0.display()
     );
     env.start_kubelet();
+    env.wait_secure_port();
 
     let (code, body) = curl_cert(&env, "/pods", &good, &[]).unwrap_or_else(|e| {
         panic!("{e}\n{}", tail(&env.kubelet_log(), 30));

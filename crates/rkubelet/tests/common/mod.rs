@@ -155,6 +155,17 @@ impl Env {
         });
     }
 
+    /// Waits for the secure port. The start waits for healthz only, which rkubelet serves
+    /// before the runtime is up; the secure port comes after the container manager (kernel
+    /// tunables, cgroups) and the serving certificate, so a first request there can find nothing
+    /// listening yet on a loaded machine.
+    pub fn wait_secure_port(&self) {
+        let port = self.port;
+        wait_until(Duration::from_secs(30), "secure port listening", || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+    }
+
     /// Runs rkubelet as [`Env::start_kubelet_with`] would, for one that must stop on its own
     /// (a start refused): its exit status once it exited, or a panic after `within`.
     pub fn run_kubelet_to_exit(
