@@ -24,10 +24,7 @@ bench_traps() {
 # kernel.keys.root_maxkeys of 200 fails StartContainer past ~100 pods).
 set_kubelet_tunables() {
     local kv
-    for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
-        kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
-        echo "${kv#*=}" >"/proc/sys/${kv%%=*}"
-    done
+    for kv in "${KUBELET_TUNABLES[@]}"; do echo "${kv#*=}" >"/proc/sys/${kv%%=*}"; done
 }
 
 # free_port PORT: PORT or the next one nothing listens on.

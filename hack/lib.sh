@@ -57,15 +57,19 @@ unmount_tree() {
     done
 }
 
-# The host sysctls every kubelet sets at start (upstream setupKernelTunables; rkubelet's
-# cm::kernel_tunables), relative to /proc/sys. Tests and benches save them and put them back.
-KERNEL_TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
-    kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+# The host sysctls every kubelet sets at start, relative to /proc/sys, with the values it sets
+# (upstream setupKernelTunables; rkubelet's cm::kernel_tunables). Tests and benches save the
+# host's values and put them back.
+KUBELET_TUNABLES=(vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1
+    kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000)
 
 # save_tunables FILE: the host's values now, as key=value lines.
 save_tunables() {
-    local k
-    for k in "${KERNEL_TUNABLES[@]}"; do echo "$k=$(cat "/proc/sys/$k")"; done >"$1.tmp"
+    local kv k
+    for kv in "${KUBELET_TUNABLES[@]}"; do
+        k="${kv%%=*}"
+        echo "$k=$(cat "/proc/sys/$k")"
+    done >"$1.tmp"
     mv "$1.tmp" "$1"
 }
 
