@@ -1,8 +1,9 @@
 //! The kubelet's heap under glibc: fewer malloc arenas, and freed heap given back to the system
-//! after pods went away (what Go's background scavenger does for the upstream kubelet). glibc's malloc keeps memory freed by one thread's arena
-//! for that arena, and trims only the top of each heap: after 100 pods were deleted the kubelet
-//! kept about 2.5 MiB of free heap resident (13.9 MiB of heap, 11.5 MiB after `malloc_trim`,
-//! bench/api-pods.sh). Other C libraries (musl) return memory on their own; nothing to do there.
+//! after pods went away (what Go's background scavenger does for the upstream kubelet).
+//! glibc's malloc keeps memory freed by one thread's arena for that arena, and trims only the
+//! top of each heap: after 100 pods were deleted the kubelet kept about 2.5 MiB of free heap
+//! resident (13.9 MiB of heap, 11.5 MiB after `malloc_trim`, bench/api-pods.sh). Other C
+//! libraries (musl) return memory on their own; nothing to do there.
 
 /// The malloc arenas glibc may create when `MALLOC_ARENA_MAX` does not say (see [`limit_arenas`]).
 pub const ARENAS: i32 = 2;

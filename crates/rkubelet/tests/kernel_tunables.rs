@@ -14,23 +14,13 @@ use common::*;
 
 const INDEX: u32 = 114;
 
-/// Upstream's values, as rkubelet's `cm::kernel_tunables::DESIRED`.
-const DESIRED: [(&str, &str); 6] = [
-    ("vm/overcommit_memory", "1"),
-    ("vm/panic_on_oom", "0"),
-    ("kernel/panic", "10"),
-    ("kernel/panic_on_oops", "1"),
-    ("kernel/keys/root_maxkeys", "1000000"),
-    ("kernel/keys/root_maxbytes", "25000000"),
-];
-
 #[test]
 fn protect_kernel_defaults_refuses_then_default_sets_then_protect_starts() {
     let mut env = Env::new(INDEX);
     let saved = read_tunables();
     assert_eq!(
         saved.len(),
-        TUNABLES.len(),
+        KUBELET_VALUES.len(),
         "every tunable readable: {saved:?}"
     );
     save_tunables(&env.dir.join("host-tunables"), &saved);
@@ -66,7 +56,10 @@ fn protect_kernel_defaults_refuses_then_default_sets_then_protect_starts() {
     // Without protection the kubelet sets them, and says so.
     env.start_kubelet();
     wait_until(Duration::from_secs(30), "tunables set", || {
-        DESIRED.iter().all(|(k, v)| tunable(k) == *v).then_some(())
+        KUBELET_VALUES
+            .iter()
+            .all(|(k, v)| tunable(k) == *v)
+            .then_some(())
     });
     env.stop_kubelet(nix::sys::signal::Signal::SIGTERM);
     let log = env.kubelet_log();

@@ -151,6 +151,19 @@ fn read(path: &Path) -> Result<i64, TunableError> {
     })
 }
 
+/// Writes a `/proc/sys` of its own under `dir`, each tunable of [`DESIRED`] at the value given
+/// in the same place (None: no file), for tests that must not touch the host's.
+#[cfg(test)]
+pub(crate) fn write_proc_sys(dir: &Path, values: &[Option<&str>; 6]) {
+    for ((flag, _), value) in DESIRED.iter().zip(values) {
+        let path = dir.join(flag);
+        std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
+        if let Some(v) = value {
+            std::fs::write(&path, format!("{v}\n")).expect("write a tunable");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,13 +171,7 @@ mod tests {
     /// A `/proc/sys` of its own with each tunable at the given value (None: the file is absent).
     fn proc_sys(values: &[Option<&str>; 6]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
-        for ((flag, _), value) in DESIRED.iter().zip(values) {
-            let path = dir.path().join(flag);
-            std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
-            if let Some(v) = value {
-                std::fs::write(&path, format!("{v}\n")).expect("write");
-            }
-        }
+        write_proc_sys(dir.path(), values);
         dir
     }
 

@@ -93,10 +93,8 @@ pub async fn setup_kernel_tunables(
     protect_kernel_defaults: bool,
 ) -> Result<(), CmError> {
     let behavior = kernel_tunables::Behavior::from_protect(protect_kernel_defaults);
-    let updated = blocking(move || Ok(kernel_tunables::setup(&proc_sys, behavior)?)).await?;
-    if !updated.is_empty() {
-        info!(flags = ?updated, "kernel tunables set to the kubelet's values (protectKernelDefaults is off)");
-    }
+    // `setup` logs each value it writes (upstream's "Updating kernel flag").
+    blocking(move || Ok(kernel_tunables::setup(&proc_sys, behavior)?)).await?;
     Ok(())
 }
 

@@ -29,7 +29,7 @@ pub(super) struct Harness {
     pods: mpsc::Sender<Vec<Pod>>,
     cancel: CancellationToken,
     kubelet: JoinHandle<()>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Harness {
@@ -80,11 +80,7 @@ impl Harness {
         // A /proc/sys of its own, every tunable at a value the kubelet must change: never the
         // host's, which the test process may not (and must not) touch.
         let proc_sys = dir.path().join("proc-sys");
-        for (flag, _) in crate::cm::kernel_tunables::DESIRED {
-            let path = proc_sys.join(flag);
-            std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
-            std::fs::write(&path, "2\n").expect("write a tunable");
-        }
+        crate::cm::kernel_tunables::write_proc_sys(&proc_sys, &[Some("2"); 6]);
         let deps = Deps {
             cri,
             extra_source: Some((SOURCE, rx)),
@@ -101,13 +97,23 @@ impl Harness {
             pods,
             cancel,
             kubelet,
-            _dir: dir,
+            dir,
         }
     }
 
     /// The source now wants exactly these pods.
     pub(super) async fn want(&self, pods: Vec<Pod>) {
         self.pods.send(pods).await.expect("kubelet is running");
+    }
+
+    /// Wants `p`, whose containers include `app`, and waits until `app` runs.
+    pub(super) async fn run_app(&self, p: Pod) {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        self.want(vec![p]).await;
+        self.until("app running", Duration::from_secs(30), |f| {
+            running(f, &name, "app")
+        })
+        .await;
     }
 
     /// Waits (kubelet time) until `f` holds; panics naming `what` after `within`.
@@ -147,14 +153,10 @@ impl Harness {
 #[tokio::test(start_paused = true)]
 async fn kernel_tunables_are_set_before_pods_start() {
     let h = Harness::start().await;
-    h.want(vec![pod("first", "uid-first", vec![container("app")])])
+    h.run_app(pod("first", "uid-first", vec![container("app")]))
         .await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "first", "app")
-    })
-    .await;
     for (flag, want) in crate::cm::kernel_tunables::DESIRED {
-        let path = h._dir.path().join("proc-sys").join(flag);
+        let path = h.dir.path().join("proc-sys").join(flag);
         let got = std::fs::read_to_string(&path).expect("read a tunable");
         assert_eq!(got.trim(), want.to_string(), "{flag}");
     }
@@ -200,12 +202,8 @@ pub(super) fn container(name: &str) -> Container {
 #[tokio::test(start_paused = true)]
 async fn crashing_container_restarts_with_crash_loop_backoff() {
     let h = Harness::start().await;
-    h.want(vec![pod("crashy", "uid-crashy", vec![container("app")])])
+    h.run_app(pod("crashy", "uid-crashy", vec![container("app")]))
         .await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "crashy", "app")
-    })
-    .await;
     // From now on every start exits at once; then the running instance dies.
     h.fake.exit_on_start("app", 1);
     assert_eq!(h.fake.kill_container("app", 1), 1);
@@ -250,12 +248,8 @@ async fn crashing_container_restarts_with_crash_loop_backoff() {
 #[tokio::test(start_paused = true)]
 async fn container_gc_bounds_dead_instances_and_keeps_the_newest() {
     let h = Harness::start().await;
-    h.want(vec![pod("loop", "uid-loop", vec![container("app")])])
+    h.run_app(pod("loop", "uid-loop", vec![container("app")]))
         .await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "loop", "app")
-    })
-    .await;
     h.fake.exit_on_start("app", 1);
     assert_eq!(h.fake.kill_container("app", 1), 1);
     h.until("six starts", Duration::from_secs(600), |f| {
@@ -312,11 +306,7 @@ async fn deletion_runs_pre_stop_then_stops_with_the_grace_period() {
     if let Some(s) = p.spec.as_mut() {
         s.termination_grace_period_seconds = Some(45);
     }
-    h.want(vec![p]).await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "web", "app")
-    })
-    .await;
+    h.run_app(p).await;
     // The hook takes 5 s of the grace period.
     h.fake
         .delay("exec_sync", "/bin/sh -c echo bye", Duration::from_secs(5));
@@ -573,11 +563,7 @@ async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
         requests: Some(limits),
         ..Default::default()
     });
-    h.want(vec![pod("web", "uid-web", vec![c])]).await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "web", "app")
-    })
-    .await;
+    h.run_app(pod("web", "uid-web", vec![c])).await;
     let pod_cg = kubepods.child("poduid-web");
     let got = h.cgroups.config(&pod_cg).expect("pod cgroup exists");
     assert_eq!(

@@ -34,12 +34,7 @@ struct Death {
 
 /// Starts pod `p` with container `app` and waits for it to run and for `ready` to hold.
 async fn running_pod(h: &Harness, ready: impl Fn(&FakeRuntime) -> bool) {
-    h.want(vec![pod("p", "uid-p", vec![container("app")])])
-        .await;
-    h.until("app running", Duration::from_secs(30), |f| {
-        running(f, "p", "app")
-    })
-    .await;
+    h.run_app(pod("p", "uid-p", vec![container("app")])).await;
     h.until("the event stream", Duration::from_secs(10), ready)
         .await;
 }

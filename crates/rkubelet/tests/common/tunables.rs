@@ -5,20 +5,21 @@
 
 use std::path::Path;
 
-/// The tunables, relative to /proc/sys (as rkubelet's `cm::kernel_tunables::DESIRED`).
-pub const TUNABLES: [&str; 6] = [
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
+/// The tunables, relative to /proc/sys, with the values a kubelet sets (as rkubelet's
+/// `cm::kernel_tunables::DESIRED`).
+pub const KUBELET_VALUES: [(&str, &str); 6] = [
+    ("vm/overcommit_memory", "1"),
+    ("vm/panic_on_oom", "0"),
+    ("kernel/panic", "10"),
+    ("kernel/panic_on_oops", "1"),
+    ("kernel/keys/root_maxkeys", "1000000"),
+    ("kernel/keys/root_maxbytes", "25000000"),
 ];
 
 pub fn read_tunables() -> Vec<(String, String)> {
-    TUNABLES
+    KUBELET_VALUES
         .iter()
-        .filter_map(|k| {
+        .filter_map(|(k, _)| {
             let v = std::fs::read_to_string(Path::new("/proc/sys").join(k)).ok()?;
             Some((k.to_string(), v.trim().to_string()))
         })
