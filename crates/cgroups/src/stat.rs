@@ -28,6 +28,14 @@ pub fn parse_flat_keyed(text: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// The value of `key` in /proc/meminfo (`Key:   123 kB`), in KiB.
+pub fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
 /// A file holding one unsigned number.
 pub fn parse_u64(text: &str) -> Result<u64, String> {
     let t = text.trim();

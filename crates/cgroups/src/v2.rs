@@ -25,6 +25,7 @@ pub struct V2Manager {
     driver: Driver,
     mount: PathBuf,
     hugepages_dir: PathBuf,
+    meminfo: PathBuf,
 }
 
 impl V2Manager {
@@ -34,6 +35,7 @@ impl V2Manager {
             driver: Driver::Cgroupfs,
             mount,
             hugepages_dir: PathBuf::from(crate::HUGEPAGES_DIR),
+            meminfo: PathBuf::from("/proc/meminfo"),
         }
     }
 
@@ -45,6 +47,12 @@ impl V2Manager {
     /// Where the kernel's huge page sizes are listed (default `/sys/kernel/mm/hugepages`).
     pub fn with_hugepages_dir(mut self, dir: PathBuf) -> Self {
         self.hugepages_dir = dir;
+        self
+    }
+
+    /// Where the root's memory usage is read (default `/proc/meminfo`).
+    pub fn with_meminfo(mut self, path: PathBuf) -> Self {
+        self.meminfo = path;
         self
     }
 
@@ -64,6 +72,19 @@ impl V2Manager {
         } else {
             Err(Error::NotFound { path: dir })
         }
+    }
+
+    /// `MemTotal - MemFree` of /proc/meminfo in bytes: the root cgroup's usage as libcontainer
+    /// computes it where the kernel keeps no memory.current.
+    fn root_memory_usage(&self) -> Result<u64, Error> {
+        let text = fsio::read(&self.meminfo)?;
+        let kib = |key: &str| {
+            stat::meminfo_kib(&text, key).ok_or_else(|| Error::Parse {
+                path: self.meminfo.clone(),
+                what: format!("no {key} in it"),
+            })
+        };
+        Ok(kib("MemTotal")?.saturating_sub(kib("MemFree")?) * 1024)
     }
 
     /// Enables [`WANTED_CONTROLLERS`] (those offered) in the `cgroup.subtree_control` of every
@@ -224,8 +245,16 @@ impl CgroupManager for V2Manager {
             })?;
             u.cpu_quota_us = u64::try_from(quota).ok();
         }
-        // Memory files exist only where the memory controller is enabled (never in the root).
-        if let Some(current) = fsio::read_u64_optional(&dir.join("memory.current"))? {
+        // Memory files exist only where the memory controller is enabled. The root has
+        // memory.stat but no memory.current: its usage is the machine's, from /proc/meminfo
+        // (libcontainer `fs2/memory.go` rootStatsFromMeminfo, which cAdvisor reports for a
+        // kubelet or runtime that runs in the root cgroup).
+        let current = match fsio::read_u64_optional(&dir.join("memory.current"))? {
+            Some(current) => Some(current),
+            None if name.is_root() => Some(self.root_memory_usage()?),
+            None => None,
+        };
+        if let Some(current) = current {
             u.memory_usage_bytes = current;
             let s = stat::parse_flat_keyed(&fsio::read(&dir.join("memory.stat"))?);
             let get = |k: &str| s.get(k).copied().unwrap_or(0);

@@ -1,5 +1,6 @@
-//! V2Manager over temp-dir trees that mimic the kernel's files. These are the only tests of the v2
-//! resource writes: the machine's cgroup2 mount is the hybrid one, which has no cpu/memory/pids.
+//! V2Manager over temp-dir trees that mimic the kernel's files: every branch, on any host. The
+//! kernel's own v2 tree is exercised by the kubelet's integration tests in hack/vm.sh's guest (this
+//! host's cgroup2 mount is the hybrid one, which has no cpu/memory/pids).
 
 use super::*;
 use std::collections::BTreeMap;
@@ -218,6 +219,34 @@ fn usage_from_v2_files() -> TestResult {
     );
     assert_eq!(u.cpu_pressure.map(|p| p.some_total_us), Some(3));
     assert_eq!(u.io_pressure, None);
+    // The root: no memory.current, usage from /proc/meminfo, the rest from its memory.stat.
+    t.put("cg/cpu.stat", "usage_usec 9000\n");
+    t.put(
+        "cg/memory.stat",
+        "anon 4096\nfile 8192\ninactive_file 1024\n",
+    );
+    t.put(
+        "meminfo",
+        "MemTotal:       1000 kB\nMemFree:         400 kB\nInactive(file):   1 kB\n",
+    );
+    let root = m.clone().with_meminfo(t.p("meminfo"));
+    let u = root.usage(&CgroupName::root())?;
+    assert_eq!(
+        (
+            u.cpu_usage_ns,
+            u.memory_usage_bytes,
+            u.memory_working_set_bytes
+        ),
+        (9_000_000, 600 * 1024, 600 * 1024 - 1024)
+    );
+    assert_eq!((u.memory_rss_bytes, u.memory_cache_bytes), (4096, 8192));
+    t.put("meminfo", "MemTotal:       1000 kB\n");
+    let msg = root
+        .usage(&CgroupName::root())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(msg.contains("meminfo") && msg.contains("MemFree"), "{msg}");
     // Without the memory controller only cpu is read; cpu.stat itself is required.
     fs::remove_file(t.p(&format!("{d}/memory.current")))?;
     assert_eq!(m.usage(&pod())?.memory_usage_bytes, 0);
