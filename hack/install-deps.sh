@@ -10,6 +10,7 @@ PACKAGES=(
     protobuf-compiler iproute2 iptables curl jq procps gcc libc6-dev
     docker-registry skopeo apache2-utils prometheus
     conntrack
+    qemu-system-x86 # hack/vm.sh: the cgroup v2 guest
 )
 
 # Print the packages dpkg does not report as fully installed.

@@ -9,6 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root
 "$HACK_DIR/install-deps.sh"
 "$HACK_DIR/images.sh" build >&2
+# The cgroup v2 guest's kernel and initramfs (hack/vm.sh), downloaded and built once.
+"$HACK_DIR/vm.sh" prepare >&2
 # etcd + kube-apiserver for the cluster tests; the apiserver is built once and cached.
 "$HACK_DIR/control-plane.sh" build >&2
 cd "$REPO_ROOT"
@@ -44,6 +46,7 @@ if pgrep -f -- '-address /tmp/rkt-' >/dev/null; then leftovers+=" shims"; fi
 if pgrep -f 'target/debug/rkubelet' >/dev/null; then leftovers+=" rkubelet"; fi
 if pgrep -f 'target/debug/rkt-csi-hostpath' >/dev/null; then leftovers+=" csi-driver"; fi
 if pgrep -f -- '/tmp/rkt-cp-' >/dev/null; then leftovers+=" control-plane"; fi
+if pgrep -f 'qemu-system-x86_64 .*rk.job=' >/dev/null; then leftovers+=" cgroup-v2-guest"; fi
 # The kubeadm test's nodes (hack/kubeadm.sh): a netns each, a veth and a route to its pods.
 if ip netns list | grep -q '^rkt-'; then leftovers+=" netns"; fi
 if ip -o link show | grep -q ' kadm[0-9]*h[@:]'; then leftovers+=" veths"; fi

@@ -1,10 +1,10 @@
-//! Stats from the cgroups against a real private containerd and this host's cgroup v1 tree: a
-//! pod's CPU and memory in `/stats/summary` are its pod cgroup's, `systemContainers` are there,
-//! `/metrics/cadvisor` has cAdvisor's series and labels for a running pod; and a real Prometheus
-//! (the Debian package's binary, its own config and storage, loopback only) scrapes `/metrics`,
-//! `/metrics/cadvisor`, `/metrics/resource` and `/metrics/probes` from the 10250 port with the
-//! apiserver's kubelet-client certificate and answers queries over them. How long a scrape takes
-//! is measured by bench/cadvisor.sh.
+//! Stats from the cgroups against a real private containerd and this host's cgroup tree (v1 on
+//! the host, v2 in hack/vm.sh's guest): a pod's CPU and memory in `/stats/summary` are its pod
+//! cgroup's, `systemContainers` are there, `/metrics/cadvisor` has cAdvisor's series and labels
+//! for a running pod; and a real Prometheus (the Debian package's binary, its own config and
+//! storage, loopback only) scrapes `/metrics`, `/metrics/cadvisor`, `/metrics/resource` and
+//! `/metrics/probes` from the 10250 port with the apiserver's kubelet-client certificate and
+//! answers queries over them. How long a scrape takes is measured by bench/cadvisor.sh.
 
 mod common;
 
@@ -24,44 +24,6 @@ fn get(env: &Env, path: &str) -> String {
 
 fn u(v: &Json) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-/// A number from a cgroup v1 file of the memory or cpuacct hierarchy.
-fn cg_file(controller: &str, cgroup: &str, file: &str) -> String {
-    let p = format!("/sys/fs/cgroup/{controller}{cgroup}/{file}");
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
-}
-
-fn cg_u64(controller: &str, cgroup: &str, file: &str) -> u64 {
-    cg_file(controller, cgroup, file).trim().parse().unwrap()
-}
-
-/// cAdvisor's working set of a v1 cgroup, from its files.
-fn working_set(cgroup: &str) -> u64 {
-    let usage = cg_u64("memory", cgroup, "memory.usage_in_bytes");
-    let stat = cg_file("memory", cgroup, "memory.stat");
-    let inactive: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("total_inactive_file "))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    usage.saturating_sub(inactive)
-}
-
-/// Makes `cgroup` in the cpu, cpuacct, memory (charges moving along) and name=systemd
-/// hierarchies and moves `pid` there.
-fn move_into(cgroup: &str, pid: u32) {
-    for h in ["cpu", "cpuacct", "memory", "systemd"] {
-        let dir = PathBuf::from(format!("/sys/fs/cgroup/{h}{cgroup}"));
-        if !Path::new("/sys/fs/cgroup").join(h).is_dir() {
-            continue;
-        }
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        if h == "memory" {
-            let _ = std::fs::write(dir.join("memory.move_charge_at_immigrate"), "3");
-        }
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string())
-            .unwrap_or_else(|e| panic!("move {pid} into {}: {e}", dir.display()));
-    }
 }
 
 fn gauge(s: &Sample) -> f64 {
@@ -113,8 +75,8 @@ async fn pod_stats_from_the_pod_cgroup_system_containers_and_cadvisor_series() {
         .trim()
         .parse()
         .unwrap();
-    move_into(&kubelet_cg, env.kubelet_pid().unwrap());
-    move_into(&runtime_cg, containerd_pid);
+    cgroupfs::move_into(&kubelet_cg, env.kubelet_pid().unwrap());
+    cgroupfs::move_into(&runtime_cg, containerd_pid);
 
     // The hog's memory is in place once its working set passes 6 MB; the kubelet and the
     // runtime have used CPU in their new cgroups.
@@ -135,8 +97,8 @@ async fn pod_stats_from_the_pod_cgroup_system_containers_and_cadvisor_series() {
         });
         (busy && hog["memory"]["workingSetBytes"].as_u64()? > 6_000_000).then(|| s.clone())
     });
-    let after_ws = working_set(&pod_cgroup);
-    let after_cpu = cg_u64("cpuacct", &pod_cgroup, "cpuacct.usage");
+    let after_ws = cgroupfs::working_set(&pod_cgroup);
+    let after_cpu = cgroupfs::cpu_usage_ns(&pod_cgroup);
     let p = s["pods"]
         .as_array()
         .unwrap()
@@ -185,10 +147,7 @@ async fn pod_stats_from_the_pod_cgroup_system_containers_and_cadvisor_series() {
         let c = by_name(n);
         assert!(c["startTime"].is_string(), "{c}");
         let cpu = u(&c["cpu"]["usageCoreNanoSeconds"]);
-        assert!(
-            cpu > 0 && cpu <= cg_u64("cpuacct", cg, "cpuacct.usage"),
-            "{c}"
-        );
+        assert!(cpu > 0 && cpu <= cgroupfs::cpu_usage_ns(cg), "{c}");
         assert!(u(&c["memory"]["workingSetBytes"]) > 0, "{c}");
         assert!(c.get("rootfs").is_none() && c.get("logs").is_none(), "{c}");
     }
@@ -220,7 +179,7 @@ async fn pod_stats_from_the_pod_cgroup_system_containers_and_cadvisor_series() {
         .iter()
         .find(|m| m.metric == "pod_memory_working_set_bytes" && m.labels.get("pod") == Some(&name))
         .unwrap_or_else(|| panic!("no pod_memory_working_set_bytes for {name}"));
-    let later = working_set(&pod_cgroup) as f64;
+    let later = cgroupfs::working_set(&pod_cgroup) as f64;
     assert!(
         (gauge(pod_mem) - later).abs() < 2e6,
         "{pod_mem:?} vs {later}"

@@ -1,5 +1,5 @@
-//! The CPU manager's `static` policy (issue 19) on this machine's real CPUs, cgroup v1 cpusets
-//! and containerd: with CPU 0 reserved (`reservedSystemCPUs: "0"`), a Guaranteed pod with
+//! The CPU manager's `static` policy (issue 19) on this machine's real CPUs, cpusets (cgroup v1;
+//! v2 in hack/vm.sh's guest) and containerd: with CPU 0 reserved (`reservedSystemCPUs: "0"`), a Guaranteed pod with
 //! `cpu: 1` gets CPU 1 alone (its container's `cpuset.cpus` and the `Cpus_allowed_list` its
 //! processes see), a BestEffort pod shares CPU 0; the assignment is in `cpu_manager_state`
 //! (upstream's format) and the pod-resources API; a restart keeps it and moves nothing; deleting
@@ -84,10 +84,9 @@ fn container_id(pod: &k8s_openapi::api::core::v1::Pod) -> String {
         .to_string()
 }
 
-/// The container's `cpuset.cpus` in the kernel's v1 cpuset hierarchy.
+/// The container's `cpuset.cpus` in the kernel's cpuset hierarchy (v1) or tree (v2).
 fn cgroup_cpus(env: &Env, pod: &k8s_openapi::api::core::v1::Pod) -> String {
-    let root =
-        PathBuf::from("/sys/fs/cgroup/cpuset").join(env.cgroup_root().trim_start_matches('/'));
+    let root = cgroupfs::dir("cpuset", &env.cgroup_root());
     let id = container_id(pod);
     let dir = find_dir(&root, &id)
         .unwrap_or_else(|| panic!("no cpuset cgroup {id} under {}", root.display()));
@@ -122,7 +121,7 @@ async fn allowed_cpus(env: &Env, pod: &k8s_openapi::api::core::v1::Pod) -> (Stri
 
 async fn wait_cpus(env: &Env, name: &str, want: &str) {
     let pod = env.wait_running(name);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + patience(Duration::from_secs(30));
     loop {
         let cg = cgroup_cpus(env, &pod);
         let (main, exec) = allowed_cpus(env, &pod).await;
@@ -138,11 +137,14 @@ async fn wait_cpus(env: &Env, name: &str, want: &str) {
     }
 }
 
+/// Upstream's checkpoint. The kubelet answers healthz before its container manager has started
+/// (and written the file), so the first read waits for it.
 fn state_file(env: &Env) -> serde_json::Value {
-    serde_json::from_slice(
-        &std::fs::read(env.root.join("cpu_manager_state")).expect("cpu_manager_state"),
-    )
-    .expect("JSON")
+    let path = env.root.join("cpu_manager_state");
+    let bytes = wait_until(Duration::from_secs(30), "cpu_manager_state written", || {
+        std::fs::read(&path).ok()
+    });
+    serde_json::from_slice(&bytes).expect("JSON")
 }
 
 async fn lister(

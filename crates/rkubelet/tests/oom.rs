@@ -1,8 +1,9 @@
 //! The OOM watcher against this machine's kernel log (upstream `pkg/kubelet/oom` over cadvisor's
-//! oomparser): a real OOM kill of a process outside any pod, in a v1 memory cgroup with a tiny
-//! limit under the test's cgroup root, is read from /dev/kmsg and parsed (the kernel names its
-//! cgroup as `oom_memcg`, so upstream does not call it a system OOM, and neither do we); a
-//! system-wide OOM becomes a `SystemOOM` Warning event on the Node with upstream's message.
+//! oomparser): a real OOM kill of a process outside any pod, in a memory cgroup (v1 on the host,
+//! v2 in hack/vm.sh's guest) with a tiny limit under the test's cgroup root, is read from
+//! /dev/kmsg and parsed (the kernel names its cgroup as `oom_memcg`, so upstream does not call it
+//! a system OOM, and neither do we); a system-wide OOM becomes a `SystemOOM` Warning event on the
+//! Node with upstream's message.
 //!
 //! A real system-wide OOM would starve every process on this shared machine, so that one is
 //! written into /dev/kmsg as the kernel prints it (6.x: `global_oom` in the summary line, then
@@ -14,7 +15,6 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -36,9 +36,9 @@ async fn oom_kills_outside_pods_are_read_from_the_kernel_log() {
 
     // A real OOM kill: `tail /dev/zero` buffers an endless line in an 8 MiB memory cgroup.
     let cg_rel = format!("{}/oom-test", env.cgroup_root());
-    let cg = PathBuf::from("/sys/fs/cgroup/memory").join(cg_rel.trim_start_matches('/'));
+    let cg = cgroupfs::dir("memory", &cg_rel);
     std::fs::create_dir_all(&cg).unwrap();
-    std::fs::write(cg.join("memory.limit_in_bytes"), "8388608").unwrap();
+    cgroupfs::set_memory_limit(&cg_rel, 8 << 20);
     let procs = cg.join("cgroup.procs");
     let status = std::process::Command::new("sh")
         .arg("-c")

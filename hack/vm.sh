@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A cgroup v2 guest, for what a cgroup v1 host cannot run: Debian's own kernel under qemu, with
+# this host's / as the guest's root over 9p, its own /tmp, /run, /proc, /sys and network stack,
+# and only cgroup2 mounted on /sys/fs/cgroup (every controller enabled below the root), as on a
+# node booted with the unified hierarchy. Binaries, images and caches are the host's; the guest
+# starts its own containerd, control plane and kubelets as the tests do on the host.
+#
+#   hack/vm.sh prepare            Debian's kernel (apt-get download, unpacked, not installed) and
+#                                 an initramfs of busybox-static and the virtio/9p modules, built
+#                                 once into $RK_CACHE/vm/
+#   hack/vm.sh run DIR CMD [ARG]  boot, run CMD in DIR as root with this environment's RK_* and
+#                                 RUST_* variables and PATH; exit with CMD's status (125: the
+#                                 guest never reported one: boot failure, crash or timeout)
+#
+# RK_VM_ACCEL (default tcg): qemu's accelerator. This host's /dev/kvm is nested and never gets
+# past the kernel's decompression, so the default is TCG (about 3-5x slower than native here).
+# RK_VM_MEM (MiB, default 4096), RK_VM_TIMEOUT (s, default 1200). The guest's console (kernel
+# messages and CMD's output) is this script's stdout.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+VM_DIR="$RK_CACHE/vm"
+# The initramfs loads these, in this order, to reach the 9p root; everything else (overlay,
+# bridge, veth, netfilter) the guest's kernel loads on demand through the modprobe wrapper.
+BOOT_MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci
+    netfs fscache 9pnet 9pnet_virtio 9p)
+
+kernel_package() {
+    apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+}
+
+cmd_prepare() {
+    need_root
+    need_cmd qemu-system-x86_64 apt-get dpkg-deb depmod modprobe busybox gzip
+    local pkg kver tmp m f
+    pkg="$(kernel_package)"
+    [[ -n "$pkg" ]] || die "apt-cache names no linux-image package for linux-image-amd64"
+    kver="${pkg#linux-image-}"
+    if [[ -f "$VM_DIR/$kver/initrd.gz" ]]; then
+        ln -sfn "$kver" "$VM_DIR/current"
+        return 0
+    fi
+    log "preparing the cgroup v2 guest: $pkg"
+    mkdir -p "$VM_DIR"
+    tmp="$(mktemp -d "$VM_DIR/prepare.XXXXXX")"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" RETURN
+    (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1) || {
+        apt-get update -qq && (cd "$tmp" && apt-get download "$pkg" >/dev/null)
+    } || die "cannot download $pkg"
+    dpkg-deb -x "$tmp"/"$pkg"_*.deb "$tmp/root"
+    depmod -b "$tmp/root" "$kver"
+    mkdir -p "$tmp/initrd/"{bin,dev,proc,sys,newroot,mods}
+    cp "$(command -v busybox)" "$tmp/initrd/bin/busybox"
+    for m in "${BOOT_MODULES[@]}"; do
+        f="$(find "$tmp/root/lib/modules/$kver" -name "$m.ko" -print -quit)"
+        [[ -n "$f" ]] || die "$pkg has no module $m"
+        cp "$f" "$tmp/initrd/mods/"
+    done
+    sed "s|@MODULES@|${BOOT_MODULES[*]}|" "$HACK_DIR/vm/initramfs-init" >"$tmp/initrd/init"
+    chmod 0755 "$tmp/initrd/init"
+    (cd "$tmp/initrd" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 >"$tmp/initrd.gz")
+    rm -rf "${VM_DIR:?}/$kver"
+    mkdir -p "$VM_DIR/$kver"
+    cp "$tmp/root/boot/vmlinuz-$kver" "$VM_DIR/$kver/vmlinuz"
+    mv "$tmp/root" "$VM_DIR/$kver/root"
+    mv "$tmp/initrd.gz" "$VM_DIR/$kver/initrd.gz" # last: its presence means "prepared"
+    ln -sfn "$kver" "$VM_DIR/current"
+    log "guest kernel $kver ready in $VM_DIR/$kver"
+}
+
+cmd_run() {
+    need_root
+    need_cmd qemu-system-x86_64 timeout
+    local dir="${1:?usage: vm.sh run DIR CMD [ARG...]}"
+    shift
+    [[ $# -gt 0 ]] || die "usage: vm.sh run DIR CMD [ARG...]"
+    dir="$(realpath "$dir")"
+    cmd_prepare
+    local cur="$VM_DIR/current" job rc v
+    # The job directory must be outside /tmp and /run, which are the guest's own.
+    mkdir -p "$VM_DIR/jobs"
+    job="$(mktemp -d "$VM_DIR/jobs/job.XXXXXX")"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$job'" EXIT
+    {
+        echo "cd $(printf '%q' "$dir")"
+        echo "export PATH=$(printf '%q' "$PATH") HOME=$(printf '%q' "${HOME:-/root}")"
+        while IFS= read -r v; do
+            echo "export $v=$(printf '%q' "${!v}")"
+        done < <(compgen -e | grep -E '^(RK_|RUST_)' || true)
+        printf 'exec'
+        printf ' %q' "$@"
+        echo
+    } >"$job/cmd.sh"
+    local accel="${RK_VM_ACCEL:-tcg}"
+    [[ "$accel" != tcg ]] || accel="tcg,thread=multi"
+    rc=0
+    timeout --kill-after=10 "${RK_VM_TIMEOUT:-1200}" qemu-system-x86_64 \
+        -accel "$accel" -cpu max -smp "$(nproc)" -m "${RK_VM_MEM:-4096}" \
+        -bios /usr/share/qemu/qboot.rom -display none -monitor none -serial stdio \
+        -no-reboot -nic none \
+        -kernel "$cur/vmlinuz" -initrd "$cur/initrd.gz" \
+        -append "console=ttyS0 quiet loglevel=3 panic=-1 rk.init=$HACK_DIR/vm/guest-init.sh rk.job=$job rk.modules=$(realpath "$cur/root")" \
+        -virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,multidevs=remap </dev/null || rc=$?
+    if [[ ! -s "$job/rc" ]]; then
+        log "the guest reported no exit status (qemu exit $rc)"
+        exit 125
+    fi
+    exit "$(cat "$job/rc")"
+}
+
+case "${1:-}" in
+prepare) cmd_prepare ;;
+run)
+    shift
+    cmd_run "$@"
+    ;;
+*)
+    echo "usage: $0 prepare | run DIR CMD [ARG...]" >&2
+    exit 2
+    ;;
+esac
