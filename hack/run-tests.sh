@@ -31,7 +31,7 @@ SERIAL=" eviction upstream_swap csi_upstream kernel_tunables stats metrics cadvi
 # /sys/fs/cgroup is cgroup v1 (on a cgroup v2 host their first run is the v2 one). One at a
 # time, last: the guest is emulated (TCG) and takes both cores, about 8x slower than native, so
 # the tests' waits get six times as long (RK_TEST_PATIENCE).
-V2_GUEST=" cgroups cpu_manager devices oom overhead "
+V2_GUEST=" cadvisor cgroups cpu_manager devices oom overhead "
 
 work="$(mktemp -d /tmp/run-tests.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
