@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A cgroup v2 guest, for what a cgroup v1 host cannot run: Debian's own kernel under qemu, with
-# this host's / as the guest's root over 9p, its own /tmp, /run, /proc, /sys and network stack,
+# this host's / as the guest's root over 9p, its own /tmp (where the job's own checkout or
+# target dir under the host's /tmp is bound back in), /run, /proc, /sys and network stack,
 # and only cgroup2 mounted on /sys/fs/cgroup (every controller enabled below the root), as on a
 # node booted with the unified hierarchy. Binaries, images and caches are the host's; the guest
 # starts its own containerd, control plane and kubelets as the tests do on the host.
@@ -84,6 +85,13 @@ cmd_run() {
     job="$(mktemp -d "$VM_DIR/jobs/job.XXXXXX")"
     # shellcheck disable=SC2064
     trap "rm -rf '$job'" EXIT
+    # The guest's /tmp is its own; host paths there that the job needs (a checkout under /tmp,
+    # as CI's clean clone may be) are bound back in at the same place.
+    local keep
+    for keep in "$REPO_ROOT" "$dir" "$(dirname "$(realpath "$1" 2>/dev/null || echo /)")" \
+        "${CARGO_TARGET_DIR:-/}"; do
+        [[ "$keep" != /tmp/* ]] || echo "$keep"
+    done | sort -u >"$job/keep"
     {
         echo "cd $(printf '%q' "$dir")"
         echo "export PATH=$(printf '%q' "$PATH") HOME=$(printf '%q' "${HOME:-/root}")"

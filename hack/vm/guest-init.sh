@@ -1,15 +1,23 @@
 #!/bin/bash
-# PID 1 of hack/vm.sh's guest, on the host's / (9p): give the guest its own /tmp and /run, a
-# cgroup v2 hierarchy with every controller enabled below the root, loopback, on-demand modules
-# from the guest kernel's own tree; run the job; record its status; power off.
+# PID 1 of hack/vm.sh's guest, on the host's / (9p): give the guest its own /tmp (with the host
+# paths listed in the job's `keep` file bound back in) and /run, a cgroup v2 hierarchy with every
+# controller enabled below the root, loopback, on-demand modules from the guest kernel's own
+# tree; run the job; record its status; power off.
 arg() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 job="$(arg rk.job)"
 modules="$(arg rk.modules)"
 rc=125
 run() {
     set -e
-    mount -t tmpfs -o mode=1777 tmpfs /tmp
     mount -t tmpfs -o mode=755 tmpfs /run
+    mkdir -p /run/host-tmp
+    mount --bind /tmp /run/host-tmp
+    mount -t tmpfs -o mode=1777 tmpfs /tmp
+    local keep
+    while IFS= read -r keep; do
+        mkdir -p "$keep"
+        mount --bind "/run/host-tmp/${keep#/tmp/}" "$keep"
+    done <"$job/keep"
     mkdir -p /dev/pts /dev/shm
     mount -t devpts devpts /dev/pts
     mount -t tmpfs tmpfs /dev/shm
