@@ -245,13 +245,16 @@ impl CgroupManager for V2Manager {
             })?;
             u.cpu_quota_us = u64::try_from(quota).ok();
         }
-        // Memory files exist only where the memory controller is enabled. The root has
-        // memory.stat but no memory.current: its usage is the machine's, from /proc/meminfo
+        // Memory files exist only where the memory controller is enabled. With it, the root
+        // has memory.stat but no memory.current: its usage is the machine's, from /proc/meminfo
         // (libcontainer `fs2/memory.go` rootStatsFromMeminfo, which cAdvisor reports for a
-        // kubelet or runtime that runs in the root cgroup).
+        // kubelet or runtime that runs in the root cgroup). A hybrid host's unified mount has
+        // no memory controller, and no memory.stat in its root either.
         let current = match fsio::read_u64_optional(&dir.join("memory.current"))? {
             Some(current) => Some(current),
-            None if name.is_root() => Some(self.root_memory_usage()?),
+            None if name.is_root() && dir.join("memory.stat").is_file() => {
+                Some(self.root_memory_usage()?)
+            }
             None => None,
         };
         if let Some(current) = current {

@@ -240,6 +240,10 @@ fn usage_from_v2_files() -> TestResult {
         (9_000_000, 600 * 1024, 600 * 1024 - 1024)
     );
     assert_eq!((u.memory_rss_bytes, u.memory_cache_bytes), (4096, 8192));
+    // Without the memory controller (a hybrid host's unified mount): no memory.stat, no figures.
+    fs::remove_file(t.p("cg/memory.stat"))?;
+    assert_eq!(root.usage(&CgroupName::root())?.memory_usage_bytes, 0);
+    t.put("cg/memory.stat", "anon 4096\n");
     t.put("meminfo", "MemTotal:       1000 kB\n");
     let msg = root
         .usage(&CgroupName::root())
