@@ -14,7 +14,7 @@
 #                                 guest never reported one: boot failure, crash or timeout)
 #
 # RK_VM_ACCEL (default tcg): qemu's accelerator. This host's /dev/kvm is nested and never gets
-# past the kernel's decompression, so the default is TCG (about 3-5x slower than native here).
+# past the kernel's decompression, so the default is TCG (about 8x slower than native here).
 # RK_VM_MEM (MiB, default 4096), RK_VM_TIMEOUT (s, default 1200). The guest's console (kernel
 # messages and CMD's output) is this script's stdout.
 set -euo pipefail

@@ -30,7 +30,6 @@ run() {
     local c ctl=""
     for c in $(cat /sys/fs/cgroup/cgroup.controllers); do ctl+=" +$c"; done
     echo "$ctl" >/sys/fs/cgroup/cgroup.subtree_control
-    mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
     ip link set lo up
     hostname rk-v2-guest
     echo "guest: $(uname -r), cgroup2 controllers:$(cat /sys/fs/cgroup/cgroup.subtree_control | sed 's/^/ /')"

@@ -68,9 +68,7 @@ fn read_trim(path: &str) -> String {
 
 /// `MemTotal` of /proc/meminfo, in bytes.
 pub fn parse_meminfo_total(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    cgroups::stat::meminfo_kib(text, "MemTotal").map(|kib| kib * 1024)
 }
 
 /// PRETTY_NAME of os-release, as upstream's `OSImage`.
