@@ -240,10 +240,7 @@ fn machine() -> Machine {
             machine_id: read("/etc/machine-id"),
             system_uuid: read("/sys/class/dmi/id/product_uuid"),
             cpu_cores: std::thread::available_parallelism().map_or(0, |n| n.get() as u64),
-            memory_bytes: std::fs::read_to_string("/proc/meminfo")
-                .ok()
-                .and_then(|m| super::node::field(&m, "MemTotal"))
-                .map_or(0, |kib| kib * 1024),
+            memory_bytes: super::node::memory_capacity().unwrap_or(0),
         }
     })
     .clone()

@@ -37,14 +37,17 @@ fn read(path: &str) -> Result<String, NodeStatsError> {
     })
 }
 
-/// The value of `key` in a `key value` file (memory.stat, cpu.stat) or `key: value kB`
-/// (/proc/meminfo, whose values are then in KiB).
-pub fn field(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let k = f.next()?.trim_end_matches(':');
-        (k == key).then(|| f.next()?.parse().ok())?
-    })
+/// The value of `key` in a flat keyed file (memory.stat, cpu.stat), parsed as the cgroup
+/// manager parses it.
+fn stat_field(text: &str, key: &str) -> Option<u64> {
+    cgroups::stat::parse_flat_keyed(text).get(key).copied()
+}
+
+/// The machine's memory, from /proc/meminfo's `MemTotal`, as node status reads it.
+pub(crate) fn memory_capacity() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| crate::node::machine::parse_meminfo_total(&m))
 }
 
 fn missing(path: &str, what: &'static str) -> NodeStatsError {
@@ -60,14 +63,13 @@ fn cpu_ns(root: &Path) -> Result<u64, NodeStatsError> {
     for p in [v1, v1_alt] {
         if p.exists() {
             let path = p.display().to_string();
-            return read(&path)?
-                .trim()
-                .parse()
+            return cgroups::stat::parse_u64(&read(&path)?)
                 .map_err(|_| missing(&path, "CPU nanoseconds"));
         }
     }
     let path = root.join("cpu.stat").display().to_string();
-    let usec = field(&read(&path)?, "usage_usec").ok_or_else(|| missing(&path, "usage_usec"))?;
+    let usec =
+        stat_field(&read(&path)?, "usage_usec").ok_or_else(|| missing(&path, "usage_usec"))?;
     Ok(usec * 1000)
 }
 
@@ -75,17 +77,15 @@ fn memory_working_set(root: &Path) -> Result<u64, NodeStatsError> {
     let usage = root.join("memory/memory.usage_in_bytes");
     if usage.exists() {
         let path = usage.display().to_string();
-        let used: u64 = read(&path)?
-            .trim()
-            .parse()
-            .map_err(|_| missing(&path, "bytes"))?;
+        let used = cgroups::stat::parse_u64(&read(&path)?).map_err(|_| missing(&path, "bytes"))?;
         let stat = root.join("memory/memory.stat").display().to_string();
-        let inactive = field(&read(&stat)?, "total_inactive_file").unwrap_or(0);
+        let inactive = stat_field(&read(&stat)?, "total_inactive_file").unwrap_or(0);
         return Ok(used.saturating_sub(inactive));
     }
     let path = "/proc/meminfo";
     let info = read(path)?;
-    let kib = |k: &'static str| field(&info, k).ok_or_else(|| missing(path, k));
+    let kib =
+        |k: &'static str| cgroups::stat::meminfo_kib(&info, k).ok_or_else(|| missing(path, k));
     let used = kib("MemTotal")?.saturating_sub(kib("MemFree")?);
     Ok(used.saturating_sub(kib("Inactive(file)").unwrap_or(0)) * 1024)
 }
@@ -97,10 +97,7 @@ pub fn node_usage() -> Result<NodeUsage, NodeStatsError> {
         timestamp_ns: super::now_ns(),
         cpu_core_nanoseconds: cpu_ns(root)?,
         memory_working_set_bytes: memory_working_set(root)?,
-        memory_capacity_bytes: std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| field(&m, "MemTotal"))
-            .map(|kib| kib * 1024),
+        memory_capacity_bytes: memory_capacity(),
     })
 }
 
@@ -111,18 +108,14 @@ mod tests {
     #[test]
     fn fields_of_stat_files() {
         assert_eq!(
-            field("usage_usec 123\nuser_usec 7\n", "usage_usec"),
+            stat_field("usage_usec 123\nuser_usec 7\n", "usage_usec"),
             Some(123)
         );
         assert_eq!(
-            field("MemTotal:  2048 kB\nMemFree: 1024 kB\n", "MemFree"),
-            Some(1024)
-        );
-        assert_eq!(
-            field("cache 1\ntotal_inactive_file 42\n", "total_inactive_file"),
+            stat_field("cache 1\ntotal_inactive_file 42\n", "total_inactive_file"),
             Some(42)
         );
-        assert_eq!(field("a 1\n", "b"), None);
+        assert_eq!(stat_field("a 1\n", "b"), None);
     }
 
     #[test]
