@@ -69,6 +69,24 @@ cmd_prepare() {
     mv "$tmp/initrd.gz" "$VM_DIR/$kver/initrd.gz" # last: its presence means "prepared"
     ln -sfn "$kver" "$VM_DIR/current"
     log "guest kernel $kver ready in $VM_DIR/$kver"
+    prune_kernels "$kver"
+}
+
+# Removes the kernels unpacked before KVER (about 400 MB each) once KVER is ready: Debian's
+# linux-image-amd64 moves on with each point release, and nothing boots the old ones.
+prune_kernels() {
+    local keep="$1" d
+    for d in "$VM_DIR"/*/; do
+        d="${d%/}"
+        case "${d##*/}" in
+        "$keep" | current | jobs) ;;
+        prepare.*) ;; # another prepare's work in progress
+        *) if [[ -f "$d/vmlinuz" || -d "$d/root" ]]; then
+            log "removing the older guest kernel ${d##*/}"
+            rm -rf "$d"
+        fi ;;
+        esac
+    done
 }
 
 cmd_run() {
