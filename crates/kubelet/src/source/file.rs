@@ -120,6 +120,13 @@ impl FileSource {
         for path in entries {
             let content = match tokio::fs::read(&path).await {
                 Ok(c) => c,
+                // Removed since the listing: its pods go as if it had not been listed, and the
+                // removal's own event is on its way. Not worth a warning per file when a
+                // directory is emptied at once.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    debug!(file = %path.display(), "static pod manifest removed while reading the directory");
+                    continue;
+                }
                 Err(e) => {
                     warn!(file = %path.display(), error = %e, "cannot read static pod manifest");
                     continue;
