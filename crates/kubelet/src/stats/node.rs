@@ -43,11 +43,13 @@ fn stat_field(text: &str, key: &str) -> Option<u64> {
     cgroups::stat::parse_flat_keyed(text).get(key).copied()
 }
 
-/// The machine's memory, from /proc/meminfo's `MemTotal`, as node status reads it.
+/// The machine's memory, from /proc/meminfo's `MemTotal` (node status reads the same through
+/// `node::machine`, which this module may not use: node depends on eviction, eviction on stats).
 pub(crate) fn memory_capacity() -> Option<u64> {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| crate::node::machine::parse_meminfo_total(&m))
+        .and_then(|m| cgroups::stat::meminfo_kib(&m, "MemTotal"))
+        .map(|kib| kib * 1024)
 }
 
 fn missing(path: &str, what: &'static str) -> NodeStatsError {
