@@ -470,13 +470,15 @@ pub fn curl(env: &Env, path: &str, extra: &[&str]) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-/// Minimal HTTP/1.0 GET: the tests need status and body, nothing more.
+/// Minimal HTTP/1.0 GET: the tests need status and body, nothing more. Its timeouts only end a
+/// hung request, so they scale with [`patience`]: a summary computed in the emulated cgroup v2
+/// guest on a loaded host took longer than 5 s.
 pub fn http_get(host: &str, port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(
         &format!("{host}:{port}").parse().unwrap(),
-        Duration::from_secs(3),
+        patience(Duration::from_secs(3)),
     )?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_read_timeout(Some(patience(Duration::from_secs(5))))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
