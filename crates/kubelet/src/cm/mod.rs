@@ -358,7 +358,8 @@ impl ContainerManager {
 
     /// Upstream `podContainerManagerImpl.EnsureExists`: creates the pod's cgroup with its
     /// resource config when missing; an existing one is left as it is (a restart changes nothing
-    /// for running pods). Returns whether it was created now.
+    /// for running pods). A failed create removes what it made, so the retry starts whole (upstream
+    /// leaves it, and its next EnsureExists skips the limits). Returns whether it was created now.
     pub async fn ensure_pod(&self, pod: &Pod) -> Result<bool, CmError> {
         let Some(mgr) = self.inner.cgroups.clone() else {
             return Ok(false);
@@ -370,7 +371,14 @@ impl ContainerManager {
             if mgr.exists(&name) {
                 return Ok(false);
             }
-            mgr.create(&name, &config).map_err(cg_err(&name))?;
+            if let Err(e) = mgr.create(&name, &config) {
+                // A create that failed half-way (the directory made, a limit not written) must
+                // not stay: the next sync would find it existing and run the pod without its
+                // limits. It holds no process yet (the sandbox comes after), so it goes, and the
+                // retry creates it whole.
+                let _ = mgr.destroy(&name);
+                return Err(cg_err(&name)(e));
+            }
             Ok(true)
         })
         .await?;
