@@ -19,13 +19,26 @@ pub const V1_UNLIMITED_THRESHOLD: u64 = 1 << 62;
 /// not `key <u64>` are skipped: newer kernels add keys, and some values are not counters.
 pub fn parse_flat_keyed(text: &str) -> BTreeMap<String, u64> {
     text.lines()
-        .filter_map(|line| {
-            let mut it = line.split_whitespace();
-            let key = it.next()?;
-            let value = it.next()?.parse().ok()?;
-            Some((key.to_string(), value))
-        })
+        .filter_map(key_value)
+        .map(|(k, v)| (k.to_string(), v))
         .collect()
+}
+
+/// The value of one key in a flat keyed file, without building the map (libcontainer
+/// `fscommon.GetValueByKey`): for readers on a periodic path that want one or two keys of
+/// memory.stat, cpu.stat or /proc/stat.
+pub fn value_by_key(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .filter_map(key_value)
+        .find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// One `key <u64>` line of a flat keyed file; None for any other line.
+fn key_value(line: &str) -> Option<(&str, u64)> {
+    let mut it = line.split_whitespace();
+    let key = it.next()?;
+    let value = it.next()?.parse().ok()?;
+    Some((key, value))
 }
 
 /// The value of `key` in /proc/meminfo (`Key:   123 kB`), in KiB.
@@ -136,6 +149,27 @@ total_inactive_file 1144918016\n";
     const V2_MEMORY_STAT: &str = "anon 1245184\nfile 2506752\nkernel 454656\nshmem 0\n\
 inactive_anon 1236992\nactive_anon 8192\ninactive_file 1933312\nactive_file 573440\n\
 pgfault 5671\npgmajfault 3\n";
+
+    #[test]
+    fn value_by_key_agrees_with_the_map() {
+        for (text, key) in [
+            (V1_MEMORY_STAT, "total_inactive_file"),
+            (V2_MEMORY_STAT, "inactive_file"),
+            ("usage_usec 123\nuser_usec 7\n", "usage_usec"),
+            ("cpu  1 2 3\nintr 9 0 0\nbtime 1700000000\n", "btime"),
+            ("a 1\n", "b"),
+        ] {
+            assert_eq!(
+                value_by_key(text, key),
+                parse_flat_keyed(text).get(key).copied(),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            value_by_key(V1_MEMORY_STAT, "total_inactive_file"),
+            Some(1_144_918_016)
+        );
+    }
 
     #[test]
     fn flat_keyed_table() {

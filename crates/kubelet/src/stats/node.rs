@@ -37,12 +37,6 @@ fn read(path: &str) -> Result<String, NodeStatsError> {
     })
 }
 
-/// The value of `key` in a flat keyed file (memory.stat, cpu.stat), parsed as the cgroup
-/// manager parses it.
-fn stat_field(text: &str, key: &str) -> Option<u64> {
-    cgroups::stat::parse_flat_keyed(text).get(key).copied()
-}
-
 /// The machine's memory, from /proc/meminfo's `MemTotal` (node status reads the same through
 /// `node::machine`, which this module may not use: node depends on eviction, eviction on stats).
 pub(crate) fn memory_capacity() -> Option<u64> {
@@ -70,8 +64,8 @@ fn cpu_ns(root: &Path) -> Result<u64, NodeStatsError> {
         }
     }
     let path = root.join("cpu.stat").display().to_string();
-    let usec =
-        stat_field(&read(&path)?, "usage_usec").ok_or_else(|| missing(&path, "usage_usec"))?;
+    let usec = cgroups::stat::value_by_key(&read(&path)?, "usage_usec")
+        .ok_or_else(|| missing(&path, "usage_usec"))?;
     Ok(usec * 1000)
 }
 
@@ -81,7 +75,8 @@ fn memory_working_set(root: &Path) -> Result<u64, NodeStatsError> {
         let path = usage.display().to_string();
         let used = cgroups::stat::parse_u64(&read(&path)?).map_err(|_| missing(&path, "bytes"))?;
         let stat = root.join("memory/memory.stat").display().to_string();
-        let inactive = stat_field(&read(&stat)?, "total_inactive_file").unwrap_or(0);
+        let inactive =
+            cgroups::stat::value_by_key(&read(&stat)?, "total_inactive_file").unwrap_or(0);
         return Ok(used.saturating_sub(inactive));
     }
     let path = "/proc/meminfo";
@@ -110,14 +105,14 @@ mod tests {
     #[test]
     fn fields_of_stat_files() {
         assert_eq!(
-            stat_field("usage_usec 123\nuser_usec 7\n", "usage_usec"),
+            cgroups::stat::value_by_key("usage_usec 123\nuser_usec 7\n", "usage_usec"),
             Some(123)
         );
         assert_eq!(
-            stat_field("cache 1\ntotal_inactive_file 42\n", "total_inactive_file"),
+            cgroups::stat::value_by_key("cache 1\ntotal_inactive_file 42\n", "total_inactive_file"),
             Some(42)
         );
-        assert_eq!(stat_field("a 1\n", "b"), None);
+        assert_eq!(cgroups::stat::value_by_key("a 1\n", "b"), None);
     }
 
     #[test]

@@ -238,9 +238,10 @@ pub fn usage_on(used: DiskUsage, on: Option<&FsInfo>, at_ns: i64) -> FsStats {
 /// The node's boot time from /proc/stat's `btime`, in Unix nanoseconds.
 pub fn boot_time_ns() -> Option<i64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    // /proc/stat is "key value..." per line; the cgroup files' parser reads its `btime`.
-    let btime = *cgroups::stat::parse_flat_keyed(&stat).get("btime")?;
-    let secs: i64 = btime.try_into().ok()?;
+    // /proc/stat is "key value..." per line, as the cgroups' flat keyed files.
+    let secs: i64 = cgroups::stat::value_by_key(&stat, "btime")?
+        .try_into()
+        .ok()?;
     Some(secs * 1_000_000_000)
 }
 
