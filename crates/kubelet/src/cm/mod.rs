@@ -376,7 +376,9 @@ impl ContainerManager {
                 // not stay: the next sync would find it existing and run the pod without its
                 // limits. It holds no process yet (the sandbox comes after), so it goes, and the
                 // retry creates it whole.
-                let _ = mgr.destroy(&name);
+                if let Err(d) = mgr.destroy(&name) {
+                    warn!(cgroup = ?name, error = %d, "cannot remove a half-made pod cgroup; its retry may run without limits");
+                }
                 return Err(cg_err(&name)(e));
             }
             Ok(true)
