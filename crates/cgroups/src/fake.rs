@@ -89,6 +89,8 @@ impl FakeManager {
 
     /// From now on, `op` ("create", "update", "destroy", "pids", "kill_all", "usage",
     /// "resource_config", "children", "add_process") on `name` fails with `message`.
+    /// "create_half" fails a create half-way, as a failed limit write does: the cgroup (and its
+    /// ancestors) exist afterwards, without the config.
     pub fn fail(&self, op: &str, name: &CgroupName, message: &str) {
         self.state()
             .failures
@@ -169,6 +171,10 @@ impl CgroupManager for FakeManager {
         while let Some(a) = ancestor.filter(|a| !a.is_root()) {
             s.cgroups.entry(a.clone()).or_default();
             ancestor = a.parent();
+        }
+        if !name.is_root() && Self::check(&s, "create_half", name).is_err() {
+            s.cgroups.entry(name.clone()).or_default();
+            return Self::check(&s, "create_half", name);
         }
         if !name.is_root() {
             merge(s.cgroups.entry(name.clone()).or_default(), config);
@@ -368,6 +374,14 @@ mod tests {
                 .map(|e| e.to_string()),
             Some("boom".to_string())
         );
+        let half = qos.child("pod-h");
+        let limits = ResourceConfig {
+            pids_limit: Some(20),
+            ..Default::default()
+        };
+        m.fail("create_half", &half, "cpu.weight: no such file");
+        assert!(m.create(&half, &limits).is_err());
+        assert_eq!(m.config(&half), Some(ResourceConfig::default()));
         m.clear_failures();
         m.update(&qos, &ResourceConfig::default())?;
         let any = crate::AnyManager::Fake(m);

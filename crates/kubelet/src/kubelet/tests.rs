@@ -603,3 +603,65 @@ async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
     );
     h.stop().await;
 }
+
+/// A pod cgroup whose create failed half-way (made, a limit not written) is not kept: the pod
+/// does not start in it, and the retry makes it whole, limits and all.
+#[tokio::test(start_paused = true)]
+async fn half_made_pod_cgroup_is_remade_whole() {
+    use cgroups::{CgroupName, ResourceConfig};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let h = Harness::start().await;
+    let pod_cg = CgroupName::new(["kubepods", "poduid-lim"]);
+    h.cgroups.fail(
+        "create_half",
+        &pod_cg,
+        "cpu.weight: No such file or directory",
+    );
+    let mut c = container("app");
+    let limits: std::collections::BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), Quantity("250m".into())),
+        ("memory".to_string(), Quantity("32Mi".into())),
+    ]
+    .into();
+    c.resources = Some(ResourceRequirements {
+        limits: Some(limits.clone()),
+        requests: Some(limits),
+        ..Default::default()
+    });
+    h.want(vec![pod("lim", "uid-lim", vec![c])]).await;
+    let start = Instant::now();
+    while !h
+        .cgroups
+        .calls()
+        .iter()
+        .any(|c| c == "destroy /kubepods/poduid-lim")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "half-made cgroup removed: {:#?}",
+            h.cgroups.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        h.fake.sandboxes().is_empty(),
+        "no sandbox without the cgroup"
+    );
+    h.cgroups.clear_failures();
+    h.until("app running", Duration::from_secs(60), |f| {
+        running(f, "lim", "app")
+    })
+    .await;
+    assert_eq!(
+        h.cgroups.config(&pod_cg),
+        Some(ResourceConfig {
+            cpu_shares: Some(256),
+            cpu_quota: Some(25_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(32 << 20),
+            ..Default::default()
+        })
+    );
+    h.stop().await;
+}
