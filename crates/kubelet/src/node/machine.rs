@@ -66,11 +66,6 @@ fn read_trim(path: &str) -> String {
         .unwrap_or_default()
 }
 
-/// `MemTotal` of /proc/meminfo, in bytes.
-pub fn parse_meminfo_total(text: &str) -> Option<u64> {
-    cgroups::stat::meminfo_kib(text, "MemTotal").map(|kib| kib * 1024)
-}
-
 /// PRETTY_NAME of os-release, as upstream's `OSImage`.
 pub fn parse_os_release(text: &str) -> String {
     text.lines()
@@ -96,10 +91,8 @@ impl MachineInfo {
             .map(|s| s.lines().filter(|l| l.starts_with("processor")).count() as u32)
             .unwrap_or(0)
             .max(1);
-        let memory_bytes = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|t| parse_meminfo_total(&t))
-            .unwrap_or(0);
+        // The cAdvisor machine info and the summary read the same figure there.
+        let memory_bytes = crate::stats::node::memory_capacity().unwrap_or(0);
         let ephemeral_storage_bytes = nix::sys::statvfs::statvfs(root_dir)
             .map(|s| s.blocks() * s.fragment_size())
             .unwrap_or(0);
@@ -162,11 +155,6 @@ mod tests {
 
     #[test]
     fn parsers() {
-        assert_eq!(
-            parse_meminfo_total("MemTotal:       24576000 kB\nMemFree: 1 kB\n"),
-            Some(24_576_000 * 1024)
-        );
-        assert_eq!(parse_meminfo_total("nope"), None);
         assert_eq!(
             parse_os_release("NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
             "Debian GNU/Linux 12 (bookworm)"

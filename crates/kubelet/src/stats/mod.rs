@@ -12,7 +12,7 @@ pub mod cgroup;
 pub mod ephemeral;
 pub mod fs;
 pub mod net;
-mod node;
+pub(crate) mod node;
 pub mod sandbox;
 pub mod summary;
 

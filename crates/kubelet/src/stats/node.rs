@@ -37,8 +37,9 @@ fn read(path: &str) -> Result<String, NodeStatsError> {
     })
 }
 
-/// The machine's memory, from /proc/meminfo's `MemTotal` (node status reads the same through
-/// `node::machine`, which this module may not use: node depends on eviction, eviction on stats).
+/// The machine's memory, from /proc/meminfo's `MemTotal`: node status's capacity
+/// (`node::machine`) and the cAdvisor machine info both read it here (upstream: cAdvisor's
+/// `machine.GetMachineMemoryCapacity`).
 pub(crate) fn memory_capacity() -> Option<u64> {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
