@@ -1,7 +1,7 @@
 """Measurements for bench/cri-floor.sh: N pods through rkubelet (static or API) on the containerd the
 floor ran on, and the summary with the ratios rkubelet/floor. Prints figures; asserts nothing.
 
-  cri-floor.py static N PORT MANIFEST_DIR NODE SOCK KLOG RESULTS
+  cri-floor.py static N PORT MANIFEST_DIR NODE SOCK KLOG RESULTS [KIND]
   cri-floor.py api N URL PKI NODE SOCK KLOG RESULTS PORT
   cri-floor.py summary RESULTS
 
@@ -29,8 +29,9 @@ def runtime_containers(sock):
     return out.split()
 
 
-def started_from_log(klog, prefix):
-    """Wall-clock time of each pod's first "started container" line (klog header: local time)."""
+def started_from_log(klog, prefix, since):
+    """Wall-clock time of each pod's first "started container" line at or after `since` (a
+    wall-clock time: earlier rounds' pods had the same names) (klog header: local time)."""
     out = {}
     year = datetime.datetime.now().year
     with open(klog) as f:
@@ -38,8 +39,10 @@ def started_from_log(klog, prefix):
             m = re.match(r'[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{6}) .*\] "started container".*'
                          r'pod="\S*?(' + prefix + r'-\d+)', line)
             if m and " restart_count=0" in line:
-                out.setdefault(m.group(4), datetime.datetime.strptime(
-                    f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp())
+                t = datetime.datetime.strptime(
+                    f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp()
+                if t >= since:
+                    out.setdefault(m.group(4), t)
     return out
 
 
@@ -89,7 +92,8 @@ def record(results, kind, n, sent, running, started, t_all, gone):
     row = dict(kind=kind, n=n, p50=pct(run, 50), p99=pct(run, 99), all=t_all,
                s50=pct(st, 50), s99=pct(st, 99), sall=max(st) if len(st) >= n else None, gone=gone)
     f = lambda x: "   -   " if x is None else f"{x:6.2f} s"
-    print(f"=== rkubelet, {kind} pods: N = {n} ===")
+    print(f"=== rkubelet, {kind} pods: N = {n} ===" if kind != "standalone"
+          else f"=== rkubelet standalone (no API server), static pods: N = {n} ===")
     print(f"  submit -> started container  p50 {f(row['s50'])}   p99 {f(row['s99'])}   all {f(row['sall'])}")
     print(f"  submit -> Running+Ready      p50 {f(row['p50'])}   p99 {f(row['p99'])}   all {f(t_all)}"
           + ("" if len(run) >= n else f"  (only {len(run)} of {n})"))
@@ -98,7 +102,7 @@ def record(results, kind, n, sent, running, started, t_all, gone):
         out.write(json.dumps(row) + "\n")
 
 
-def static(n, port, mdir, node, sock, klog, results):
+def static(n, port, mdir, node, sock, klog, results, kind="static"):
     url = f"http://127.0.0.1:{port}/pods"
     def pods():
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -108,7 +112,7 @@ def static(n, port, mdir, node, sock, klog, results):
     os.makedirs(staging, exist_ok=True)
     names = [f"st-{i:03d}" for i in range(n)]
     sent, running = {}, {}
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time() - 0.5
     for name in names:
         tmp = os.path.join(staging, name + ".yaml")
         with open(tmp, "w") as f:
@@ -134,7 +138,7 @@ def static(n, port, mdir, node, sock, klog, results):
                 running[nm] = now
         time.sleep(0.05)
     t_all = max(running.values()) - t0 if len(running) >= n else None
-    started = started_from_log(klog, "st")
+    started = started_from_log(klog, "st", wall0)
     stages1 = stage_totals(port)
     for name in names:
         os.remove(os.path.join(mdir, name + ".yaml"))
@@ -144,7 +148,7 @@ def static(n, port, mdir, node, sock, klog, results):
         except OSError:
             return False
     gone = wait_empty(sock, empty, n)
-    record(results, "static", n, sent, running, started, t_all, gone)
+    record(results, kind, n, sent, running, started, t_all, gone)
     print_stages(stages0, stages1)
 
 
@@ -185,7 +189,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     stages0 = stage_totals(ro_port)
     names = [f"ap-{i:03d}" for i in range(n)]
     sent = {}
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time() - 0.5
     for name in names:
         sent[name] = time.monotonic()
         request(c, "POST", "/api/v1/namespaces/default/pods", {
@@ -203,7 +207,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     with lock:
         run = dict(running)
     t_all = max(run.values()) - t0 if len(run) >= n else None
-    started = started_from_log(klog, "ap")
+    started = started_from_log(klog, "ap", wall0)
     stages1 = stage_totals(ro_port)
     for name in names:
         request(c, "DELETE", f"/api/v1/namespaces/default/pods/{name}")
@@ -215,24 +219,51 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     print_stages(stages0, stages1)
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
 def summary(results):
-    rows = [json.loads(l) for l in open(results) if l.strip()]
-    floor = {r["n"]: r for r in rows if r.get("kind") is None}
+    """Ratios against the floor (bare: each sandbox where the runtime puts it by default) and, in
+    the last columns, against the floor whose pods have their own pod cgroups as a kubelet's do.
+    Each figure is the median over the rounds of its phase."""
+    raw = [json.loads(l) for l in open(results) if l.strip()]
+    groups = {}
+    for r in raw:
+        kind = r.get("kind") or ("floor+cg" if r.get("cgroups") else "floor")
+        groups.setdefault((r["n"], kind), []).append(r)
+    rows = []
+    for (n, kind), rs in groups.items():
+        row = {"n": n, "kind": kind, "rounds": len(rs)}
+        for k in ("p50", "p99", "all", "s50", "s99", "sall", "gone"):
+            row[k] = median([r.get(k) for r in rs])
+        rows.append(row)
+    floor = {r["n"]: r for r in rows if r["kind"] == "floor"}
+    floor_cg = {r["n"]: r for r in rows if r["kind"] == "floor+cg"}
     f = lambda x: "  -  " if x is None else f"{x:5.2f}"
     ratio = lambda a, b: "  -  " if a is None or not b else f"{a / b:5.2f}"
-    print("\n=== summary: seconds from submission; ratio = rkubelet / floor ===")
-    print("     N kind    |  p50   p99   all  | started: p50  p99   all  | ratio started: p50  p99   all"
-          " | ratio Running: p50  p99   all | gone")
+    print("\n=== summary: seconds from submission, median over rounds; ratio = rkubelet / floor ===")
+    print("  floor+cg: the floor with each pod in its own pod cgroup (the sandbox's cgroup parent)")
+    print("  standalone: static pods, rkubelet without an API server; static: the same as a node")
+    print("     N kind     rounds |  p50   p99   all  | started: p50  p99   all  | ratio started: p50  p99   all"
+          " | ratio Running: p50  p99   all | vs floor+cg started: p50  all | gone")
     for r in rows:
-        if r.get("kind") is None:
-            print(f"  {r['n']:4d} floor   |                     |        {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
-                  f"                        |                      | {f(r.get('gone'))}")
+        head = f"  {r['n']:4d} {r['kind'][:8]:8s} {r['rounds']:4d}   |"
+        if r["kind"].startswith("floor"):
+            # A floor's "started" is its StartContainer return: its p50/p99/all columns.
+            print(f"{head}                     |        {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
+                  f"                        |                      |                         | {f(r['gone'])}")
             continue
-        fl = floor.get(r["n"], {})
-        print(f"  {r['n']:4d} {r['kind']:7s} | {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
+        fl, fc = floor.get(r["n"], {}), floor_cg.get(r["n"], {})
+        print(f"{head} {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
               f"        {f(r['s50'])} {f(r['s99'])} {f(r['sall'])} |"
               f"          {ratio(r['s50'], fl.get('p50'))} {ratio(r['s99'], fl.get('p99'))} {ratio(r['sall'], fl.get('all'))} |"
               f"        {ratio(r['p50'], fl.get('p50'))} {ratio(r['p99'], fl.get('p99'))} {ratio(r['all'], fl.get('all'))} |"
+              f"                 {ratio(r['s50'], fc.get('p50'))} {ratio(r['sall'], fc.get('all'))} |"
               f" {f(r['gone'])}")
 
 

@@ -8,13 +8,18 @@
 # fresh private containerd (INDEX 137, CNI bridge rkbr137, the same CNI config every test uses):
 #   1. floor: bench/cri-floor (the project's cri crate, no kubelet) starts N one-container pods at
 #      once, one task per pod as rkubelet's pod workers, with the CRI calls rkubelet makes, then
-#      tears them down;
-#   2. rkubelet, static pods: N manifests renamed into staticPodPath at once, polled on /pods;
-#   3. rkubelet, API pods: N pods POSTed (one client, as fast as it goes), watched on the apiserver.
+#      tears them down; then again with each pod in its own pod cgroup given as the sandbox's
+#      cgroup parent, as a kubelet makes them (`--pod-cgroups`, under $FLOOR_CGROUP_ROOT);
+#   2. rkubelet standalone (no --kubeconfig, no API server work on the same cores), static pods:
+#      N manifests renamed into staticPodPath at once, polled on /pods;
+#   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events);
+#   4. rkubelet, API pods: N pods POSTed (one client, as fast as it goes), watched on the apiserver.
 # Same image (rkubelet.local/busybox:1.35, already imported), same command, grace 5 s.
 # "started" is rkubelet's `"started container"` log line (the moment the floor's StartContainer
 # returns); "Running" is the pod seen Running+Ready where an operator looks.
 #
+# ROUNDS=k (default 3) repeats every phase k times on the same containerd and kubelet; the summary
+# gives the median of each figure over the rounds (one run here varies by up to 30%).
 # RKUBELET=path and CRI_FLOOR=path pick the binaries (default target/release/...; built if missing).
 # rkubelet runs with its defaults (kubeAPIQPS/kubeAPIBurst as the build honours them) and
 # --cgroup-root /rkubelet-floorbench; its log: /tmp/rkubelet-floorbench-N.log.
@@ -28,6 +33,8 @@ PY="$REPO_ROOT/bench/cri-floor.py"
 NODE_NAME=floorbench
 INDEX=137
 CGROUP_ROOT=/rkubelet-floorbench
+FLOOR_CGROUP_ROOT=/rkubelet-floorbench-floor
+ROUNDS="${ROUNDS:-3}"
 CP=/tmp/rkubelet-floorbench-cp
 CD=/tmp/rkubelet-floorbench-cd
 
@@ -45,6 +52,7 @@ cleanup() {
     stop_rkubelet
     "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
+    remove_cgroup_root "$FLOOR_CGROUP_ROOT"
 }
 bench_traps 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"'
 
@@ -55,7 +63,12 @@ bench_one() {
     "$HACK_DIR/containerd.sh" up "$CD" "$INDEX" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
     sock="$(sed -n 's/^CONTAINERD_SOCK=//p' "$CD/env")"
 
-    "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS"
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
+            --pod-cgroups "$FLOOR_CGROUP_ROOT"
+        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
+    done
 
     port="$(free_port $((21000 + n)))"
     sport="$(free_port $((22000 + n)))"
@@ -74,6 +87,24 @@ fileCheckFrequency: 20s
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
 EOF
+    # Standalone first (no API server: static pods only, nothing for kube-apiserver and etcd to do
+    # on the same two cores), then as a node of the control plane.
+    "$RKUBELET" --config "$CD/kubelet-config.yaml" --node-ip 127.0.0.1 \
+        --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
+        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" >"$logf.standalone" 2>&1 &
+    CUR_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        curl -sf "http://127.0.0.1:$port/pods" >/dev/null && break
+        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf.standalone" >&2; die "rkubelet exited"; }
+        sleep 0.2
+    done
+    log "N=$n: standalone rkubelet pid $CUR_PID, log $logf.standalone"
+    sleep 1
+    for ((r = 1; r <= ROUNDS; r++)); do
+        python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf.standalone" "$RESULTS" standalone
+    done
+    stop_rkubelet
+
     "$RKUBELET" --config "$CD/kubelet-config.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
         --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" >"$logf" 2>&1 &
@@ -86,21 +117,24 @@ EOF
     done
     log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
     sleep 1
-    python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
-    python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
+        python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
+    done
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup
 }
 
 main() {
     need_root
-    need_cmd python3 ctr kubectl containerd etcd ss
+    need_cmd python3 ctr kubectl containerd etcd ss curl
     local -a sizes=("$@")
     [[ ${#sizes[@]} -gt 0 ]] || sizes=(10 30 100)
     local n kc url
     for n in "${sizes[@]}"; do
         [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$n'"
     done
+    [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, got '$ROUNDS'"
     if [[ ! -x "$RKUBELET" || ! -x "$CRI_FLOOR" ]]; then
         log "building $RKUBELET and $CRI_FLOOR"
         (cd "$REPO_ROOT" && cargo build --release -p rkubelet -p rkubelet-bench-cri-floor)

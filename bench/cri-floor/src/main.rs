@@ -8,9 +8,17 @@
 //! when StartContainer returns. Then every pod is torn down the way rkubelet does it (StopContainer
 //! with the grace period, StopPodSandbox, RemovePodSandbox) and that is timed too.
 //!
+//! With `--pod-cgroups ROOT` the pods get the shape a kubelet gives them (upstream `SyncPod`'s
+//! cgroup step): each pod's own cgroup `ROOT/kubepods/besteffort/pod<uid>` (cpu shares 2, as a
+//! BestEffort pod's) made before its sandbox and given to the runtime as the sandbox's
+//! `cgroup_parent`, and removed after teardown. That separates what the pod cgroup costs the
+//! runtime and the kernel (runc then nests every container of the pod one level deeper) from
+//! what the kubelet itself adds. Without it the runtime puts each sandbox at its own default.
+//!
 //! ```text
 //! cri-floor --endpoint unix:///run/containerd.sock --pods 30 --logs-dir /tmp/x/pod-logs \
 //!           [--image rkubelet.local/busybox:1.35] [--grace 5] [--json results.jsonl] [--keep]
+//!           [--pod-cgroups /floor-root]
 //! ```
 //!
 //! Prints figures; asserts nothing. Exits non-zero if a pod fails to start (the figures would lie).
@@ -19,8 +27,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context, Result};
+use cgroups::{AnyManager, CgroupManager, CgroupName, ResourceConfig};
 use rkubelet_cri::{api, CriClient};
+
+/// A BestEffort pod's cpu shares (upstream `MinShares`), for its QoS tier and its pod cgroup.
+const MIN_SHARES: u64 = 2;
 
 struct Args {
     endpoint: String,
@@ -30,6 +44,7 @@ struct Args {
     grace: i64,
     json: Option<PathBuf>,
     keep: bool,
+    pod_cgroups: Option<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -41,6 +56,7 @@ fn parse_args() -> Result<Args> {
         grace: 5,
         json: None,
         keep: false,
+        pod_cgroups: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -53,11 +69,12 @@ fn parse_args() -> Result<Args> {
             "--grace" => a.grace = value()?.parse().context("--grace")?,
             "--json" => a.json = Some(value()?.into()),
             "--keep" => a.keep = true,
+            "--pod-cgroups" => a.pod_cgroups = Some(value()?),
             other => bail!("unknown flag {other:?}"),
         }
     }
     if a.endpoint.is_empty() || a.logs_dir.as_os_str().is_empty() || a.pods == 0 {
-        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep]");
+        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT]");
     }
     Ok(a)
 }
@@ -65,6 +82,8 @@ fn parse_args() -> Result<Args> {
 /// What one pod's start cost, stage by stage.
 #[derive(Default, Clone)]
 struct Timing {
+    /// Making the pod's cgroup (zero without `--pod-cgroups`).
+    cgroup: Duration,
     sandbox: Duration,
     image: Duration,
     create: Duration,
@@ -73,6 +92,69 @@ struct Timing {
     running: Duration,
     sandbox_id: String,
     container_id: String,
+}
+
+/// The cgroups of `--pod-cgroups`: the manager, and the QoS tier pods go under.
+#[derive(Clone)]
+struct PodCgroups {
+    mgr: Arc<AnyManager>,
+    tier: CgroupName,
+}
+
+impl PodCgroups {
+    /// Detects the host's cgroups (cgroupfs driver, as the benchmarks run rkubelet) and makes
+    /// `ROOT/kubepods/besteffort`.
+    fn new(root: &str) -> Result<PodCgroups> {
+        let mgr = cgroups::detect(cgroups::Driver::Cgroupfs).context("detect cgroups")?;
+        let mut tier = CgroupName::root();
+        for part in root.split('/').filter(|p| !p.is_empty()) {
+            tier = tier.child(part);
+        }
+        let kubepods = tier.child("kubepods");
+        mgr.create(&kubepods, &ResourceConfig::default())
+            .with_context(|| format!("create {}", kubepods.to_cgroupfs()))?;
+        let tier = kubepods.child("besteffort");
+        mgr.create(&tier, &shares())
+            .with_context(|| format!("create {}", tier.to_cgroupfs()))?;
+        Ok(PodCgroups {
+            mgr: Arc::new(mgr),
+            tier,
+        })
+    }
+
+    fn pod(&self, uid: &str) -> CgroupName {
+        self.tier.child(format!("pod{uid}"))
+    }
+
+    async fn create(&self, uid: &str) -> Result<String> {
+        let (mgr, name) = (self.mgr.clone(), self.pod(uid));
+        tokio::task::spawn_blocking(move || {
+            mgr.create(&name, &shares())
+                .with_context(|| format!("create {}", name.to_cgroupfs()))?;
+            Ok(mgr.name(&name))
+        })
+        .await?
+    }
+
+    async fn destroy(&self, uid: &str) -> Result<()> {
+        let (mgr, name) = (self.mgr.clone(), self.pod(uid));
+        tokio::task::spawn_blocking(move || {
+            mgr.destroy(&name)
+                .with_context(|| format!("remove {}", name.to_cgroupfs()))
+        })
+        .await?
+    }
+}
+
+fn shares() -> ResourceConfig {
+    ResourceConfig {
+        cpu_shares: Some(MIN_SHARES),
+        ..ResourceConfig::default()
+    }
+}
+
+fn pod_uid(i: usize) -> String {
+    format!("00000000-0000-4000-8000-{i:012}")
 }
 
 fn sandbox_config(name: &str, uid: &str, logs_dir: &Path) -> api::PodSandboxConfig {
@@ -106,13 +188,23 @@ async fn start_pod(
     i: usize,
     image: String,
     logs_root: PathBuf,
+    pod_cgroups: Option<PodCgroups>,
     t0: Instant,
 ) -> Result<Timing> {
     let name = format!("floor-{i:03}");
-    let uid = format!("00000000-0000-4000-8000-{i:012}");
+    let uid = pod_uid(i);
     let logs_dir = logs_root.join(format!("floor_{name}_{uid}"));
-    let config = sandbox_config(&name, &uid, &logs_dir);
+    let mut config = sandbox_config(&name, &uid, &logs_dir);
     let mut t = Timing::default();
+
+    if let Some(cg) = &pod_cgroups {
+        let s = Instant::now();
+        let parent = cg.create(&uid).await?;
+        if let Some(linux) = config.linux.as_mut() {
+            linux.cgroup_parent = parent;
+        }
+        t.cgroup = s.elapsed();
+    }
 
     let s = Instant::now();
     tokio::fs::create_dir_all(&logs_dir).await?;
@@ -201,7 +293,13 @@ async fn start_pod(
     Ok(t)
 }
 
-async fn stop_pod(cri: CriClient, t: Timing, grace: i64) -> Result<()> {
+async fn stop_pod(
+    cri: CriClient,
+    i: usize,
+    t: Timing,
+    grace: i64,
+    pod_cgroups: Option<PodCgroups>,
+) -> Result<()> {
     cri.stop_container(api::StopContainerRequest {
         container_id: t.container_id.clone(),
         timeout: grace,
@@ -215,6 +313,9 @@ async fn stop_pod(cri: CriClient, t: Timing, grace: i64) -> Result<()> {
         pod_sandbox_id: t.sandbox_id,
     })
     .await?;
+    if let Some(cg) = pod_cgroups {
+        cg.destroy(&pod_uid(i)).await?;
+    }
     Ok(())
 }
 
@@ -234,6 +335,8 @@ async fn main() -> Result<()> {
         .await
         .context("runtime not answering")?;
 
+    let pod_cgroups = a.pod_cgroups.as_deref().map(PodCgroups::new).transpose()?;
+
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..a.pods)
         .map(|i| {
@@ -242,6 +345,7 @@ async fn main() -> Result<()> {
                 i,
                 a.image.clone(),
                 a.logs_dir.clone(),
+                pod_cgroups.clone(),
                 t0,
             ))
         })
@@ -250,7 +354,7 @@ async fn main() -> Result<()> {
     let mut failed = 0;
     for (i, t) in tasks.into_iter().enumerate() {
         match t.await? {
-            Ok(t) => timings.push(t),
+            Ok(t) => timings.push((i, t)),
             Err(e) => {
                 failed += 1;
                 eprintln!("floor-{i:03}: {e:#}");
@@ -259,7 +363,7 @@ async fn main() -> Result<()> {
     }
     let all = t0.elapsed().as_secs_f64();
     let secs = |f: fn(&Timing) -> Duration| -> Vec<f64> {
-        timings.iter().map(|t| f(t).as_secs_f64()).collect()
+        timings.iter().map(|(_, t)| f(t).as_secs_f64()).collect()
     };
     let run = secs(|t| t.running);
 
@@ -268,7 +372,15 @@ async fn main() -> Result<()> {
         let t1 = Instant::now();
         let stops: Vec<_> = timings
             .iter()
-            .map(|t| tokio::spawn(stop_pod(cri.clone(), t.clone(), a.grace)))
+            .map(|(i, t)| {
+                tokio::spawn(stop_pod(
+                    cri.clone(),
+                    *i,
+                    t.clone(),
+                    a.grace,
+                    pod_cgroups.clone(),
+                ))
+            })
             .collect();
         for s in stops {
             if let Err(e) = s.await? {
@@ -282,14 +394,25 @@ async fn main() -> Result<()> {
         bail!("no pod started");
     }
     let (p50, p99) = (pct(&run, 50), pct(&run, 99));
-    println!("=== floor: N = {} pods straight on the CRI ===", a.pods);
+    let shape = if pod_cgroups.is_some() {
+        ", each in its pod cgroup"
+    } else {
+        ""
+    };
+    println!(
+        "=== floor: N = {} pods straight on the CRI{shape} ===",
+        a.pods
+    );
     println!("  start -> running   p50 {p50:6.2} s   p99 {p99:6.2} s   all {all:6.2} s");
-    for (stage, xs) in [
-        ("sandbox+CNI", secs(|t| t.sandbox)),
+    let mut stages = vec![("sandbox+CNI", secs(|t| t.sandbox))];
+    if pod_cgroups.is_some() {
+        stages.insert(0, ("pod cgroup", secs(|t| t.cgroup)));
+    }
+    for (stage, xs) in stages.into_iter().chain([
         ("image status", secs(|t| t.image)),
         ("create", secs(|t| t.create)),
         ("start", secs(|t| t.start)),
-    ] {
+    ]) {
         println!(
             "  {stage:13}      p50 {:6.3} s   p99 {:6.3} s",
             pct(&xs, 50),
@@ -306,6 +429,7 @@ async fn main() -> Result<()> {
         use std::io::Write;
         let line = serde_json::json!({
             "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
+            "cgroups": pod_cgroups.is_some(),
         });
         let mut f = std::fs::OpenOptions::new()
             .create(true)
