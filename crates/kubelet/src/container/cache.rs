@@ -11,7 +11,9 @@
 //! Semantics as upstream: an entry is newer than `t` when it was read after `t`, or when a whole
 //! relist finished after `t` (the global timestamp: PLEG updates changed pods before it moves the
 //! timestamp, so every pod it did not update is unchanged as of then). A pod without an entry has
-//! an empty status (the runtime has nothing for it).
+//! an empty status (the runtime has nothing for it). One exception: a pod the relist saw changed
+//! but left for its worker's own read (`runtime::manager::Marks`, `acting`) is not vouched for by
+//! that relist's timestamp until a read of it as new is in ([`CacheWriter::skipped`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -44,6 +46,9 @@ struct Shared {
     pods: HashMap<String, Entry>,
     /// When the last complete relist started (upstream `cache.timestamp`).
     timestamp: Option<Instant>,
+    /// Pods a relist that started at the instant given found changed and did not read: the
+    /// timestamp does not vouch for them until a read started at or after that instant is in.
+    skipped: HashMap<String, Instant>,
 }
 
 /// The only writer; PLEG owns it. Not `Clone` on purpose.
@@ -113,6 +118,9 @@ impl CacheWriter {
             if s.pods.get(uid).is_some_and(|e| e.modified > modified) {
                 return;
             }
+            if s.skipped.get(uid).is_some_and(|at| modified >= *at) {
+                s.skipped.remove(uid);
+            }
             let (status, error) = match status {
                 Ok(st) => (Arc::new(st), None),
                 Err(e) => (Arc::default(), Some(Arc::from(e))),
@@ -144,6 +152,16 @@ impl CacheWriter {
     pub fn delete(&self, uid: &str) {
         self.write(|s| {
             s.pods.remove(uid);
+            s.skipped.remove(uid);
+        });
+    }
+
+    /// The relist that started at `at` found `uid` changed and left it to its worker's own read:
+    /// its timestamp does not say `uid` is unchanged as of `at`. Call before [`Self::update_time`].
+    pub fn skipped(&self, uid: &str, at: Instant) {
+        self.write(|s| {
+            let since = s.skipped.entry(uid.to_string()).or_insert(at);
+            *since = (*since).max(at);
         });
     }
 
@@ -153,6 +171,8 @@ impl CacheWriter {
     pub fn prune(&self, before: Instant, listed: impl Fn(&str) -> bool) {
         self.write(|s| {
             s.pods.retain(|uid, e| e.modified >= before || listed(uid));
+            s.skipped
+                .retain(|uid, _| s.pods.contains_key(uid) || listed(uid));
         });
     }
 
@@ -182,9 +202,10 @@ impl RuntimeCache {
     fn newer(&self, uid: &str, min: Option<Instant>) -> Option<Entry> {
         let s = read(&self.shared);
         let newer = |t: Instant| min.is_none_or(|m| t > m);
+        let vouched = s.timestamp.is_some_and(newer) && !s.skipped.contains_key(uid);
         match s.pods.get(uid) {
-            Some(e) if newer(e.modified) || s.timestamp.is_some_and(newer) => Some(e.clone()),
-            None if s.timestamp.is_some_and(newer) => Some(Entry {
+            Some(e) if newer(e.modified) || vouched => Some(e.clone()),
+            None if vouched => Some(Entry {
                 status: Arc::default(),
                 error: None,
                 modified: s.timestamp.unwrap_or(min.unwrap_or_else(Instant::now)),
@@ -279,6 +300,45 @@ mod tests {
         w.set("c", Err("boom".into()), t2);
         let err = r.get_newer_than("c", Some(t1)).await.unwrap_err();
         assert!(err.to_string().contains("boom"), "{err}");
+    }
+
+    /// A pod a relist skipped (its worker acts on it and reads it itself) is not made current by
+    /// that relist's timestamp: its worker, waiting for a read newer than its actions, would get
+    /// the status from before them. Only a read started at or after the skipping relist counts.
+    #[tokio::test(start_paused = true)]
+    async fn a_skipped_pod_waits_for_its_own_read() {
+        let (w, _req, r) = new();
+        let t0 = Instant::now();
+        w.set("a", Ok(status(1)), t0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let acted = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let relist = Instant::now();
+        w.skipped("a", relist);
+        w.update_time(relist);
+        assert!(
+            r.newer("a", Some(acted)).is_none(),
+            "skipped: not vouched for"
+        );
+        assert!(r.newer("absent", Some(acted)).is_some(), "others are");
+        // A read that started before the relist does not clear it; one after does.
+        w.set("a", Ok(status(2)), acted);
+        assert!(r.newer("a", Some(acted)).is_none());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        w.set("a", Ok(status(3)), Instant::now());
+        let got = r.newer("a", Some(acted)).expect("its own read");
+        assert_eq!(got.status.containers.len(), 3);
+        // Later relists vouch for it again.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let later = Instant::now();
+        w.update_time(later);
+        assert!(r
+            .newer("a", Some(later - Duration::from_millis(1)))
+            .is_some());
+        // A pod gone from the runtime is forgotten, skipped or not.
+        w.skipped("b", later);
+        w.delete("b");
+        assert!(r.newer("b", Some(acted)).is_some());
     }
 
     #[tokio::test(start_paused = true)]

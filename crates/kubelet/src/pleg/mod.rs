@@ -538,10 +538,14 @@ impl Pleg {
                     .inc();
             }
         }
-        // Changed pods first, then the timestamp: every pod not set here is unchanged as of it.
+        // Changed pods first, then the timestamp: every pod not set here is unchanged as of it,
+        // but for those left to their worker's read, which the timestamp must not stand in for.
         let read: HashSet<String> = listed.statuses.iter().map(|(u, _)| u.clone()).collect();
         for (uid, status) in listed.statuses {
             self.cache.set(&uid, status, r.started);
+        }
+        for uid in &listed.acting {
+            self.cache.skipped(uid, r.started);
         }
         for uid in &gone {
             self.cache.delete(uid);

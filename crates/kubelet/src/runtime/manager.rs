@@ -95,10 +95,11 @@ pub struct RuntimeManager {
 ///   retries for nothing, 4 to 6 reads of 5 CRI calls per pod deleted. An event may arrive
 ///   just after the stop's reply: a stopped ID is kept for [`STOPPED_KEPT`].
 /// - `acting` ([`RuntimeManager::acting`]): pods (by UID) whose worker is carrying out its
-///   actions (creating the sandbox, starting or stopping containers). The relist does not read
-///   them: the worker asks for a read newer than its actions' end, which the relist's
-///   timestamp cannot answer. While 100 pods started, relists read each about twice more
-///   between its sandbox and its container's start (5 CRI calls a read).
+///   actions (creating the sandbox, starting or stopping containers) and then waits for its own
+///   read of the pod. The relist does not read them: the worker asks for a read newer than its
+///   actions' end, which the relist's timestamp cannot answer. While 100 pods started, relists
+///   read each about twice more between its sandbox and its container's start; while 100 were
+///   deleted, about once more between the kill's end and the worker's read (5 CRI calls a read).
 ///
 /// The relist still sees every change within a second of the mark's end.
 #[derive(Clone, Debug)]

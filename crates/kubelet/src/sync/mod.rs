@@ -379,14 +379,17 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
     }
     let acting = ctx.runtime.acting.mark(podutil::uid(pod));
     let (retry, acted) = execute(ctx, state, pod, &rt).await;
-    drop(acting);
     // Show the result of what was just done without waiting for the next relist. A sync that
     // changed nothing (a periodic resync, most PLEG events) has published its status above:
     // reading the pod again cost 5 CRI calls per pod per resync for the same status.
     if acted {
         let acted = tokio::time::Instant::now();
         state.last_sync = Some(acted);
-        if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(acted)).await {
+        let read = ctx.cache.fresh(podutil::uid(pod), Some(acted)).await;
+        // The mark holds until the worker's own read is in: PLEG's queue of reads is long
+        // while many pods change at once, and a relist meanwhile read the pod once more.
+        drop(acting);
+        if let Ok(rt) = read {
             let status = publish(ctx, state, pod, &rt).await;
             if is_terminal(&status) {
                 return SyncOutcome {
@@ -995,12 +998,14 @@ pub async fn terminate_pod(
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
     let acting = ctx.runtime.acting.mark(podutil::uid(pod));
-    let killed = hooks::kill_pod(ctx, pod, &rt, g).await;
-    drop(acting);
-    killed?;
+    hooks::kill_pod(ctx, pod, &rt, g).await?;
     let killed = tokio::time::Instant::now();
     state.last_sync = Some(killed);
-    if let Ok(rt) = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await {
+    let read = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await;
+    // Held until this read is in, as in `sync_pod_inner`: with 100 pods deleted at once a relist
+    // read each pod again, once more than the read here (5 CRI calls a read).
+    drop(acting);
+    if let Ok(rt) = read {
         publish(ctx, state, pod, &rt).await;
     }
     // Upstream `killPod`: once the containers are stopped, the pod cgroup keeps minimum shares.
@@ -1075,6 +1080,9 @@ pub async fn remove_from_runtime(
 ) -> Result<(), RuntimeError> {
     let since = since.unwrap_or_else(tokio::time::Instant::now);
     let rt = ctx.cache.fresh(&pod.uid, Some(since)).await?;
+    // While its containers and sandboxes go one by one, a relist would find the pod changed and
+    // read it, for nothing: the relist after the removal finds it gone without a read.
+    let _acting = ctx.runtime.acting.mark(&pod.uid);
     ctx.runtime.kill_pod(&rt, grace).await?;
     ctx.runtime.remove_pod(pod, &rt).await
 }
