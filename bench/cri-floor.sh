@@ -56,8 +56,32 @@ cleanup() {
 }
 bench_traps 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"'
 
+# Readiness checks for start_rkubelet: the read-only port answers; the node is Ready in the API.
+is_serving() { curl -sf "http://127.0.0.1:$1/pods" >/dev/null; }
+node_ready() {
+    kubectl --kubeconfig "$CP/admin.kubeconfig" get node "$NODE_NAME" \
+        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+}
+
+# start_rkubelet LOG SOCK CHECK PORT [FLAG...]: rkubelet on the bench's config and containerd, plus
+# FLAGs, in the background (CUR_PID), until CHECK PORT passes.
+start_rkubelet() {
+    local logf="$1" sock="$2" check="$3" port="$4" i
+    shift 4
+    "$RKUBELET" --config "$CD/kubelet-config.yaml" --node-ip 127.0.0.1 \
+        --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
+        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" "$@" >"$logf" 2>&1 &
+    CUR_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        "$check" "$port" && return 0
+        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf" >&2; die "rkubelet exited"; }
+        sleep 0.2
+    done
+    die "rkubelet did not get ready within 60 s; log $logf"
+}
+
 bench_one() {
-    local n="$1" kc="$2" url="$3" sock port sport logf i
+    local n="$1" kc="$2" url="$3" sock port sport logf r
     logf="/tmp/rkubelet-floorbench-$n.log"
     log "N=$n: containerd (INDEX $INDEX) in $CD"
     "$HACK_DIR/containerd.sh" up "$CD" "$INDEX" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
@@ -89,15 +113,7 @@ imageGCHighThresholdPercent: 100
 EOF
     # Standalone first (no API server: static pods only, nothing for kube-apiserver and etcd to do
     # on the same two cores), then as a node of the control plane.
-    "$RKUBELET" --config "$CD/kubelet-config.yaml" --node-ip 127.0.0.1 \
-        --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
-        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" >"$logf.standalone" 2>&1 &
-    CUR_PID=$!
-    for ((i = 0; i < 300; i++)); do
-        curl -sf "http://127.0.0.1:$port/pods" >/dev/null && break
-        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf.standalone" >&2; die "rkubelet exited"; }
-        sleep 0.2
-    done
+    start_rkubelet "$logf.standalone" "$sock" is_serving "$port"
     log "N=$n: standalone rkubelet pid $CUR_PID, log $logf.standalone"
     sleep 1
     for ((r = 1; r <= ROUNDS; r++)); do
@@ -105,16 +121,7 @@ EOF
     done
     stop_rkubelet
 
-    "$RKUBELET" --config "$CD/kubelet-config.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
-        --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
-        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" >"$logf" 2>&1 &
-    CUR_PID=$!
-    for ((i = 0; i < 300; i++)); do
-        kubectl --kubeconfig "$CP/admin.kubeconfig" get node "$NODE_NAME" \
-            -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True && break
-        kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf" >&2; die "rkubelet exited"; }
-        sleep 0.2
-    done
+    start_rkubelet "$logf" "$sock" node_ready "$port" --kubeconfig "$kc"
     log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
     sleep 1
     for ((r = 1; r <= ROUNDS; r++)); do
