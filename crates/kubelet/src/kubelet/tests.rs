@@ -525,13 +525,28 @@ async fn slow_runtime_call_does_not_block_other_pods() {
     h.stop().await;
 }
 
+/// `c` with requests equal to limits of `cpu` and `memory` (a Guaranteed pod's container).
+fn guaranteed(mut c: Container, cpu: &str, memory: &str) -> Container {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let limits: std::collections::BTreeMap<String, Quantity> = [
+        ("cpu".to_string(), Quantity(cpu.into())),
+        ("memory".to_string(), Quantity(memory.into())),
+    ]
+    .into();
+    c.resources = Some(ResourceRequirements {
+        limits: Some(limits.clone()),
+        requests: Some(limits),
+        ..Default::default()
+    });
+    c
+}
+
 /// The pod's cgroup exists, with upstream's values, before its sandbox runs, under the QoS tiers
 /// made at start; a deleted pod's cgroup goes once its sandbox is removed.
 #[tokio::test(start_paused = true)]
 async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
     use cgroups::{CgroupManager as _, CgroupName, ResourceConfig};
-    use k8s_openapi::api::core::v1::ResourceRequirements;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let h = Harness::start().await;
     let kubepods = CgroupName::new(["kubepods"]);
     // The container manager starts with the kubelet, before any pod is synced.
@@ -552,17 +567,7 @@ async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
             .and_then(|c| c.cpu_shares),
         Some(2)
     );
-    let mut c = container("app");
-    let limits: std::collections::BTreeMap<String, Quantity> = [
-        ("cpu".to_string(), Quantity("500m".into())),
-        ("memory".to_string(), Quantity("64Mi".into())),
-    ]
-    .into();
-    c.resources = Some(ResourceRequirements {
-        limits: Some(limits.clone()),
-        requests: Some(limits),
-        ..Default::default()
-    });
+    let c = guaranteed(container("app"), "500m", "64Mi");
     h.run_app(pod("web", "uid-web", vec![c])).await;
     let pod_cg = kubepods.child("poduid-web");
     let got = h.cgroups.config(&pod_cg).expect("pod cgroup exists");
@@ -609,8 +614,6 @@ async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
 #[tokio::test(start_paused = true)]
 async fn half_made_pod_cgroup_is_remade_whole() {
     use cgroups::{CgroupName, ResourceConfig};
-    use k8s_openapi::api::core::v1::ResourceRequirements;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let h = Harness::start().await;
     let pod_cg = CgroupName::new(["kubepods", "poduid-lim"]);
     h.cgroups.fail(
@@ -618,17 +621,7 @@ async fn half_made_pod_cgroup_is_remade_whole() {
         &pod_cg,
         "cpu.weight: No such file or directory",
     );
-    let mut c = container("app");
-    let limits: std::collections::BTreeMap<String, Quantity> = [
-        ("cpu".to_string(), Quantity("250m".into())),
-        ("memory".to_string(), Quantity("32Mi".into())),
-    ]
-    .into();
-    c.resources = Some(ResourceRequirements {
-        limits: Some(limits.clone()),
-        requests: Some(limits),
-        ..Default::default()
-    });
+    let c = guaranteed(container("app"), "250m", "32Mi");
     h.want(vec![pod("lim", "uid-lim", vec![c])]).await;
     let start = Instant::now();
     while !h
