@@ -270,6 +270,8 @@ async fn flags_over_drop_ins_over_file_in_configz() {
     .unwrap();
     let config_dir = format!("--config-dir={}", dir.display());
     env.start_kubelet_with(&[&config_dir, "--max-pods=80", "--feature-gates=Foo=true"]);
+    // The start waits for healthz only; 10250 comes later (a loaded CI machine got nothing).
+    env.wait_secure_port();
     let out = Command::new("curl")
         .args(["-sk", &format!("https://127.0.0.1:{}/configz", env.port)])
         .output()
