@@ -172,6 +172,21 @@ async fn rotation_keeps_max_files_and_the_container_keeps_logging() {
         std::fs::canonicalize(&link).unwrap(),
         std::fs::canonicalize(dir.join("0.log")).unwrap()
     );
+
+    // Deleting the pod removes the live log, every rotated one and the symlink. The symlink lies
+    // outside the pod's log directory: the kubelet finds it by the names in the status it read of
+    // the pod (it asks no ContainerStatus of its own before removing the container).
+    env.remove_manifest("chatty.yaml");
+    wait_until(Duration::from_secs(60), "logs and symlink removed", || {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (left.is_empty() && std::fs::symlink_metadata(&link).is_err()).then_some(())
+    });
 }
 
 #[tokio::test]

@@ -57,6 +57,9 @@ pub struct ContainerStatus {
     /// and means nothing to rkubelet until `runtime::adopt` decides whether the container still
     /// matches its spec.
     pub foreign: bool,
+    /// The live log's path as the runtime reports it (CRI `log_path`); empty when it has none.
+    /// Removing the container removes its logs by it, without asking the runtime again.
+    pub log_path: String,
 }
 
 impl Default for ContainerStatus {
@@ -77,6 +80,7 @@ impl Default for ContainerStatus {
             image_ref: String::new(),
             is_init: false,
             foreign: false,
+            log_path: String::new(),
         }
     }
 }

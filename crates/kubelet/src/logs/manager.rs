@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::symlink::{self, files_with_prefix};
+use super::symlink::{self, files_with_prefix, ContainerLog};
 use super::{io_err, LogsError};
 
 pub use kubelet_config::defaults::{
@@ -55,6 +55,8 @@ impl Default for RotationPolicy {
 enum Command {
     Clean {
         id: String,
+        /// What the caller's own read of the container showed; None: ask the runtime.
+        known: Option<ContainerLog>,
         done: oneshot::Sender<Result<(), LogsError>>,
     },
 }
@@ -115,8 +117,8 @@ impl ContainerLogManager {
                     symlink::remove_dangling(&self.cri, &self.symlink_dir).await;
                 }
                 Some(cmd) = self.commands.recv() => match cmd {
-                    Command::Clean { id, done } => {
-                        let _ = done.send(symlink::clean(&self.cri, &self.symlink_dir, &id).await);
+                    Command::Clean { id, known, done } => {
+                        let _ = done.send(clean(&self.cri, &self.symlink_dir, &id, known.as_ref()).await);
                     }
                 },
             }
@@ -267,11 +269,17 @@ impl LogHandle {
     }
 
     /// Removes a container's logs and symlink before the container is removed; through the
-    /// manager's task when it runs, directly once it has stopped.
-    pub async fn container_removed(&self, id: &str) -> Result<(), LogsError> {
+    /// manager's task when it runs, directly once it has stopped. `known`: what the caller read
+    /// of the container already (its log path and names), so the runtime is not asked again.
+    pub async fn container_removed(
+        &self,
+        id: &str,
+        known: Option<ContainerLog>,
+    ) -> Result<(), LogsError> {
         let (done, rx) = oneshot::channel();
         let cmd = Command::Clean {
             id: id.to_string(),
+            known: known.clone(),
             done,
         };
         if self.commands.send(cmd).await.is_ok() {
@@ -280,7 +288,19 @@ impl LogHandle {
             }
         }
         debug!(container_id = %id, "log manager not running; cleaning logs directly");
-        symlink::clean(&self.cri, &self.symlink_dir, id).await
+        clean(&self.cri, &self.symlink_dir, id, known.as_ref()).await
+    }
+}
+
+async fn clean(
+    cri: &CriClient,
+    dir: &Path,
+    id: &str,
+    known: Option<&ContainerLog>,
+) -> Result<(), LogsError> {
+    match known {
+        Some(log) => symlink::clean_known(dir, log).await,
+        None => symlink::clean(cri, dir, id).await,
     }
 }
 

@@ -59,9 +59,25 @@ async fn remove_if_present(path: &Path, what: &'static str) -> Result<(), LogsEr
     }
 }
 
+/// What finds a container's log files and its symlink: its CRI `log_path` and the names its
+/// labels carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerLog {
+    pub id: String,
+    /// The live log (CRI `ContainerStatus.log_path`); empty: no files to remove.
+    pub log_path: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    pub container_name: String,
+}
+
 /// Removes a container's log files (the live one and every rotated one) and its symlink before
 /// the container itself is removed (upstream `containerLogManager.Clean` + `removeContainerLog`).
 /// A container the runtime no longer knows has nothing left to find its files by.
+///
+/// Upstream asks the runtime for the container's status twice here (once for the log path,
+/// once for the symlink's names); a caller that read the pod already passes what it read to
+/// [`clean_known`] and asks nothing.
 pub async fn clean(cri: &CriClient, dir: &Path, id: &str) -> Result<(), LogsError> {
     let status = match cri
         .container_status(api::ContainerStatusRequest {
@@ -80,19 +96,31 @@ pub async fn clean(cri: &CriClient, dir: &Path, id: &str) -> Result<(), LogsErro
         }
     };
     let Some(status) = status else { return Ok(()) };
-    if !status.log_path.is_empty() {
-        for f in files_with_prefix(Path::new(&status.log_path)).await? {
+    let l = &status.labels;
+    let get = |k: &str| l.get(k).cloned().unwrap_or_default();
+    let log = ContainerLog {
+        id: id.to_string(),
+        log_path: status.log_path,
+        pod_name: get(labels::POD_NAME),
+        pod_namespace: get(labels::POD_NAMESPACE),
+        container_name: get(labels::CONTAINER_NAME),
+    };
+    clean_known(dir, &log).await
+}
+
+/// [`clean`] with the names and path already known.
+pub async fn clean_known(dir: &Path, log: &ContainerLog) -> Result<(), LogsError> {
+    if !log.log_path.is_empty() {
+        for f in files_with_prefix(Path::new(&log.log_path)).await? {
             remove_if_present(&f, "remove container log").await?;
         }
     }
-    let l = &status.labels;
-    let get = |k: &str| l.get(k).map(String::as_str).unwrap_or_default();
     let link = symlink_path(
         dir,
-        get(labels::POD_NAME),
-        get(labels::POD_NAMESPACE),
-        get(labels::CONTAINER_NAME),
-        id,
+        &log.pod_name,
+        &log.pod_namespace,
+        &log.container_name,
+        &log.id,
     );
     remove_if_present(&link, "remove container log symlink").await
 }

@@ -397,3 +397,41 @@ fn which_instance_kubectl_logs_reads() {
     let s = status(ContainerState::default(), None);
     assert!(id(&s, false).unwrap_err().contains("no logs yet"));
 }
+
+#[tokio::test]
+async fn clean_known_removes_live_rotated_and_symlink_only() {
+    use super::symlink::{clean_known, symlink_path, ContainerLog};
+    let dir = tempfile::tempdir().unwrap();
+    let pod_logs = dir.path().join("pod");
+    let links = dir.path().join("containers");
+    std::fs::create_dir_all(pod_logs.join("main")).unwrap();
+    std::fs::create_dir_all(&links).unwrap();
+    let live = pod_logs.join("main/0.log");
+    for f in ["0.log", "0.log.20240101-000000.gz", "0.log.20240101-000010", "1.log"] {
+        std::fs::write(pod_logs.join("main").join(f), "x").unwrap();
+    }
+    let log = ContainerLog {
+        id: "abc".into(),
+        log_path: live.to_string_lossy().into_owned(),
+        pod_name: "p".into(),
+        pod_namespace: "ns".into(),
+        container_name: "main".into(),
+    };
+    let link = symlink_path(&links, "p", "ns", "main", "abc");
+    std::os::unix::fs::symlink(&live, &link).unwrap();
+    let other = symlink_path(&links, "p", "ns", "main", "def");
+    std::os::unix::fs::symlink(&live, &other).unwrap();
+
+    clean_known(&links, &log).await.unwrap();
+    let left: Vec<String> = std::fs::read_dir(pod_logs.join("main"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    // Another instance's log (1.log) and another container's symlink stay.
+    assert_eq!(left, vec!["1.log".to_string()]);
+    assert!(std::fs::symlink_metadata(&link).is_err());
+    assert!(std::fs::symlink_metadata(&other).is_ok());
+    // Again: nothing left to remove is no error.
+    clean_known(&links, &log).await.unwrap();
+}

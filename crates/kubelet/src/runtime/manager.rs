@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
-use crate::logs::{termination, LogHandle};
+use crate::logs::{termination, ContainerLog, LogHandle};
 use crate::podutil;
 
 /// Runtime operation errors; they carry the CRI error and what we were doing.
@@ -296,6 +296,7 @@ impl RuntimeManager {
                 is_init: ann.get(labels::CONTAINER_TYPE).is_some_and(|t| t == "init"),
                 foreign: ann.get(labels::CREATED_BY).map(String::as_str)
                     != Some(labels::CREATED_BY_RKUBELET),
+                log_path: st.log_path.clone(),
             });
         }
         out.containers
@@ -456,7 +457,17 @@ impl RuntimeManager {
     /// Removes the container's logs and log symlink, then the container (upstream
     /// `removeContainer`: logs first, as they are found through the container's status).
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
-        self.logs.container_removed(id).await?;
+        self.remove_container_logged(id, None).await
+    }
+
+    /// [`Self::remove_container`] with the container's logs found by `known` (from a read of
+    /// the pod) instead of another ContainerStatus.
+    async fn remove_container_logged(
+        &self,
+        id: &str,
+        known: Option<ContainerLog>,
+    ) -> Result<(), RuntimeError> {
+        self.logs.container_removed(id, known).await?;
         match self
             .cri
             .remove_container(api::RemoveContainerRequest {
@@ -540,7 +551,16 @@ impl RuntimeManager {
     ) -> Result<(), RuntimeError> {
         let mut first_err = None;
         for c in &status.containers {
-            if let Err(e) = self.remove_container(&c.id).await {
+            // The read that found the container says where its logs are; an older runtime that
+            // reports no path is asked again, as upstream always does.
+            let known = (!c.log_path.is_empty()).then(|| ContainerLog {
+                id: c.id.clone(),
+                log_path: c.log_path.clone(),
+                pod_name: pod.name.clone(),
+                pod_namespace: pod.namespace.clone(),
+                container_name: c.name.clone(),
+            });
+            if let Err(e) = self.remove_container_logged(&c.id, known).await {
                 first_err.get_or_insert(e);
             }
         }
