@@ -407,7 +407,12 @@ async fn clean_known_removes_live_rotated_and_symlink_only() {
     std::fs::create_dir_all(pod_logs.join("main")).unwrap();
     std::fs::create_dir_all(&links).unwrap();
     let live = pod_logs.join("main/0.log");
-    for f in ["0.log", "0.log.20240101-000000.gz", "0.log.20240101-000010", "1.log"] {
+    for f in [
+        "0.log",
+        "0.log.20240101-000000.gz",
+        "0.log.20240101-000010",
+        "1.log",
+    ] {
         std::fs::write(pod_logs.join("main").join(f), "x").unwrap();
     }
     let log = ContainerLog {
