@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::symlink::{self, files_with_prefix, ContainerLog};
+use super::symlink::{self, files_with_prefix, LogsToClean};
 use super::{io_err, LogsError};
 
 pub use kubelet_config::defaults::{
@@ -54,9 +54,7 @@ impl Default for RotationPolicy {
 
 enum Command {
     Clean {
-        id: String,
-        /// What the caller's own read of the container showed; None: ask the runtime.
-        known: Option<ContainerLog>,
+        logs: LogsToClean,
         done: oneshot::Sender<Result<(), LogsError>>,
     },
 }
@@ -117,8 +115,8 @@ impl ContainerLogManager {
                     symlink::remove_dangling(&self.cri, &self.symlink_dir).await;
                 }
                 Some(cmd) = self.commands.recv() => match cmd {
-                    Command::Clean { id, known, done } => {
-                        let _ = done.send(clean(&self.cri, &self.symlink_dir, &id, known.as_ref()).await);
+                    Command::Clean { logs, done } => {
+                        let _ = done.send(logs.clean(&self.cri, &self.symlink_dir).await);
                     }
                 },
             }
@@ -269,17 +267,12 @@ impl LogHandle {
     }
 
     /// Removes a container's logs and symlink before the container is removed; through the
-    /// manager's task when it runs, directly once it has stopped. `known`: what the caller read
-    /// of the container already (its log path and names), so the runtime is not asked again.
-    pub async fn container_removed(
-        &self,
-        id: &str,
-        known: Option<ContainerLog>,
-    ) -> Result<(), LogsError> {
+    /// manager's task when it runs, directly once it has stopped (or stopped with the command
+    /// still queued, which drops it unrun).
+    pub async fn container_removed(&self, logs: &LogsToClean) -> Result<(), LogsError> {
         let (done, rx) = oneshot::channel();
         let cmd = Command::Clean {
-            id: id.to_string(),
-            known: known.clone(),
+            logs: logs.clone(),
             done,
         };
         if self.commands.send(cmd).await.is_ok() {
@@ -287,20 +280,8 @@ impl LogHandle {
                 return r;
             }
         }
-        debug!(container_id = %id, "log manager not running; cleaning logs directly");
-        clean(&self.cri, &self.symlink_dir, id, known.as_ref()).await
-    }
-}
-
-async fn clean(
-    cri: &CriClient,
-    dir: &Path,
-    id: &str,
-    known: Option<&ContainerLog>,
-) -> Result<(), LogsError> {
-    match known {
-        Some(log) => symlink::clean_known(dir, log).await,
-        None => symlink::clean(cri, dir, id).await,
+        debug!(container_id = %logs.id(), "log manager not running; cleaning logs directly");
+        logs.clean(&self.cri, &self.symlink_dir).await
     }
 }
 

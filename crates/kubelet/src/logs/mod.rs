@@ -23,7 +23,7 @@ use std::path::PathBuf;
 pub use format::{LogOptions, PodLogOptions};
 pub use manager::{ContainerLogManager, LogHandle, RotationPolicy};
 pub use reader::{container_logs, read_logs};
-pub use symlink::ContainerLog;
+pub use symlink::{ContainerLog, LogsToClean};
 
 pub use kubelet_config::defaults::CONTAINER_LOGS_DIR as DEFAULT_CONTAINER_LOGS_DIR;
 

@@ -71,6 +71,33 @@ pub struct ContainerLog {
     pub container_name: String,
 }
 
+/// Which container's logs to clean before it is removed, and how its files are found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogsToClean {
+    /// Only the id: the runtime is asked for the log path and names, as upstream always does
+    /// (container GC, a replaced start: callers with no read of the container in hand).
+    Lookup(String),
+    /// What the caller's own read of the container showed; no CRI call.
+    Known(ContainerLog),
+}
+
+impl LogsToClean {
+    pub fn id(&self) -> &str {
+        match self {
+            LogsToClean::Lookup(id) => id,
+            LogsToClean::Known(log) => &log.id,
+        }
+    }
+
+    /// Removes the container's log files and symlink ([`clean`] or [`clean_known`]).
+    pub async fn clean(&self, cri: &CriClient, dir: &Path) -> Result<(), LogsError> {
+        match self {
+            LogsToClean::Lookup(id) => clean(cri, dir, id).await,
+            LogsToClean::Known(log) => clean_known(dir, log).await,
+        }
+    }
+}
+
 /// Removes a container's log files (the live one and every rotated one) and its symlink before
 /// the container itself is removed (upstream `containerLogManager.Clean` + `removeContainerLog`).
 /// A container the runtime no longer knows has nothing left to find its files by.

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
-use crate::logs::{termination, ContainerLog, LogHandle};
+use crate::logs::{termination, ContainerLog, LogHandle, LogsToClean};
 use crate::podutil;
 
 /// Runtime operation errors; they carry the CRI error and what we were doing.
@@ -457,17 +457,15 @@ impl RuntimeManager {
     /// Removes the container's logs and log symlink, then the container (upstream
     /// `removeContainer`: logs first, as they are found through the container's status).
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
-        self.remove_container_logged(id, None).await
+        self.remove_container_logged(LogsToClean::Lookup(id.to_string()))
+            .await
     }
 
-    /// [`Self::remove_container`] with the container's logs found by `known` (from a read of
-    /// the pod) instead of another ContainerStatus.
-    async fn remove_container_logged(
-        &self,
-        id: &str,
-        known: Option<ContainerLog>,
-    ) -> Result<(), RuntimeError> {
-        self.logs.container_removed(id, known).await?;
+    /// [`Self::remove_container`] with the container's logs found as `logs` says (a read of the
+    /// pod already in hand saves the ContainerStatus).
+    async fn remove_container_logged(&self, logs: LogsToClean) -> Result<(), RuntimeError> {
+        self.logs.container_removed(&logs).await?;
+        let id = logs.id();
         match self
             .cri
             .remove_container(api::RemoveContainerRequest {
@@ -551,16 +549,16 @@ impl RuntimeManager {
     ) -> Result<(), RuntimeError> {
         let mut first_err = None;
         for c in &status.containers {
-            // The read that found the container says where its logs are; an older runtime that
-            // reports no path is asked again, as upstream always does.
-            let known = (!c.log_path.is_empty()).then(|| ContainerLog {
+            // The read that found the container says where its logs are (no path: only the
+            // symlink, as a ContainerStatus would have said too).
+            let logs = LogsToClean::Known(ContainerLog {
                 id: c.id.clone(),
                 log_path: c.log_path.clone(),
                 pod_name: pod.name.clone(),
                 pod_namespace: pod.namespace.clone(),
                 container_name: c.name.clone(),
             });
-            if let Err(e) = self.remove_container_logged(&c.id, known).await {
+            if let Err(e) = self.remove_container_logged(logs).await {
                 first_err.get_or_insert(e);
             }
         }
