@@ -99,6 +99,28 @@ fn processes_by_netns() -> HashMap<u64, u64> {
     out
 }
 
+/// Whether a sandbox's missing figures are worth a verbose `PodSandboxStatus` and a read of
+/// /proc. `answered`: how many sandboxes `ListPodSandboxStats` gave (None: it failed or is not
+/// implemented); `listed`: whether this sandbox was among them.
+///
+/// A sandbox the runtime's stats answer left out while giving others stopped after
+/// `ListPodSandbox` listed it ready (the runtime reports stats for every ready sandbox): its
+/// process is gone, so /proc has nothing for it and asking the runtime for its pid is a wasted
+/// call, one per stopping pod on every stats pass while pods are being deleted. An empty answer
+/// is not taken as that: a runtime that implements the call without filling it is read from
+/// /proc, as before.
+fn needs_proc_fallback(
+    answered: Option<usize>,
+    listed: bool,
+    network: bool,
+    processes: bool,
+) -> bool {
+    if network && processes {
+        return false;
+    }
+    listed || !matches!(answered, Some(n) if n > 0)
+}
+
 /// The ready sandboxes with their network and process figures.
 pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsError> {
     let sandboxes = cri
@@ -113,19 +135,20 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
         .await
         .map_err(cri_err("list pod sandboxes"))?
         .items;
-    // Older runtimes do not implement it; /proc answers for them.
-    let stats: HashMap<String, api::LinuxPodSandboxStats> = match cri
+    // Older runtimes do not implement it (None); /proc answers for them.
+    let stats: Option<HashMap<String, api::LinuxPodSandboxStats>> = match cri
         .list_pod_sandbox_stats(api::ListPodSandboxStatsRequest { filter: None })
         .await
     {
-        Ok(r) => r
-            .stats
-            .into_iter()
-            .filter_map(|s| Some((s.attributes?.id, s.linux?)))
-            .collect(),
+        Ok(r) => Some(
+            r.stats
+                .into_iter()
+                .filter_map(|s| Some((s.attributes?.id, s.linux?)))
+                .collect(),
+        ),
         Err(e) => {
             tracing::debug!(error = %e, "no pod sandbox stats from the runtime");
-            HashMap::new()
+            None
         }
     };
     // The kubelet runs in the node's network namespace (as upstream requires).
@@ -152,7 +175,7 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
                 .or_else(|| md.map(|m| m.uid.clone()))
                 .unwrap_or_default(),
         };
-        let linux = stats.get(&sb.id);
+        let linux = stats.as_ref().and_then(|m| m.get(&sb.id));
         let mut network = linux
             .and_then(|s| s.network.as_ref())
             .filter(|n| n.default_interface.is_some() || !n.interfaces.is_empty())
@@ -161,7 +184,13 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
             .and_then(|s| s.process.as_ref())
             .and_then(|p| p.process_count.as_ref())
             .map(|v| v.value);
-        if network.is_none() || process_count.is_none() {
+        let answered = stats.as_ref().map(HashMap::len);
+        if needs_proc_fallback(
+            answered,
+            linux.is_some(),
+            network.is_some(),
+            process_count.is_some(),
+        ) {
             let status = cri
                 .pod_sandbox_status(api::PodSandboxStatusRequest {
                     pod_sandbox_id: sb.id.clone(),
@@ -210,6 +239,32 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_fallback_only_where_proc_can_answer() {
+        // (answered, listed, network, processes) -> fallback
+        let table = [
+            // Everything from the runtime: nothing to read.
+            ((Some(3), true, true, true), false),
+            ((None, false, true, true), false),
+            // The runtime gave this sandbox without some figures: /proc fills them.
+            ((Some(3), true, false, true), true),
+            ((Some(3), true, true, false), true),
+            // No stats call (older runtime, or it failed): /proc for everyone.
+            ((None, false, false, false), true),
+            // An empty answer: a runtime that does not fill it; /proc as before.
+            ((Some(0), false, false, false), true),
+            // Left out of a non-empty answer: stopped since it was listed; nothing to read.
+            ((Some(3), false, false, false), false),
+        ];
+        for ((answered, listed, network, processes), want) in table {
+            assert_eq!(
+                needs_proc_fallback(answered, listed, network, processes),
+                want,
+                "answered {answered:?} listed {listed} network {network} processes {processes}"
+            );
+        }
+    }
 
     #[test]
     fn pid_from_containerd_verbose_info() {
