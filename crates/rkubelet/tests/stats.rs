@@ -9,6 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use rkubelet_cri::api;
 use serde_json::Value;
 
 fn summary(cp: &ControlPlane, node: &str) -> Value {
@@ -363,6 +364,35 @@ async fn summary_with_n_pods() {
         assert!(u(&p["process_stats"]["process_count"]) >= 2, "{p}");
         assert!(p["ephemeral-storage"]["usedBytes"].is_u64(), "{p}");
     }
+    // A pod that ran to completion keeps its stopped sandbox until the pod is deleted, as
+    // upstream's. containerd fails ListPodSandboxStats without a filter on any sandbox that is
+    // not ready, so without the empty filter every pod's figures came from /proc from here on,
+    // and the host-network pod, whose processes /proc cannot tell from the node's, lost its
+    // process count.
+    env.write_manifest("done.yaml", &simple_pod("done", "Never", "exit 0"));
+    let done = env.wait_pod("done", Duration::from_secs(30), "phase Succeeded", |p| {
+        (p.status.as_ref()?.phase.as_deref() == Some("Succeeded")).then(|| p.clone())
+    });
+    // The kubelet stops the sandbox after it reports the phase.
+    let done_uid = uid(&done);
+    wait_async(
+        Duration::from_secs(30),
+        "the completed pod's sandbox kept, stopped",
+        || async {
+            let sbs = env.sandboxes_of(&done_uid).await;
+            !sbs.is_empty()
+                && sbs
+                    .iter()
+                    .all(|sb| sb.state == api::PodSandboxState::SandboxNotready as i32)
+        },
+    )
+    .await;
+    let s = get();
+    let p = pod_of(&s, &format!("hostnet-{}", env.node)).unwrap();
+    assert!(
+        u(&p["process_stats"]["process_count"]) >= 2,
+        "runtime's sandbox stats with a stopped sandbox on the node: {p}"
+    );
     // Each pod's figures are its own eth0's counters (whether rkubelet got them from the
     // runtime's sandbox stats or from /proc): read inside the pod before and after a summary,
     // they bracket what the summary says. The node's counters, or a stale reading, would not.
@@ -422,6 +452,7 @@ async fn summary_with_n_pods() {
         env.remove_manifest(&format!("p{i}.yaml"));
     }
     env.remove_manifest("hostnet.yaml");
+    env.remove_manifest("done.yaml");
     wait_until(Duration::from_secs(60), "pods gone", || {
         env.pods().is_empty().then_some(())
     });

@@ -135,9 +135,15 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
         .await
         .map_err(cri_err("list pod sandboxes"))?
         .items;
-    // Older runtimes do not implement it (None); /proc answers for them.
+    // Older runtimes do not implement it (None); /proc answers for them. The filter is given,
+    // empty, as upstream's cri_stats_provider does: containerd (1.6 to 2.x) reads no filter as
+    // "every sandbox in its store", fails the whole call on the first one that is not ready
+    // (any stopped pod that is not yet removed, every pod being deleted), and with a filter
+    // leaves the not-ready ones out.
     let stats: Option<HashMap<String, api::LinuxPodSandboxStats>> = match cri
-        .list_pod_sandbox_stats(api::ListPodSandboxStatsRequest { filter: None })
+        .list_pod_sandbox_stats(api::ListPodSandboxStatsRequest {
+            filter: Some(api::PodSandboxStatsFilter::default()),
+        })
         .await
     {
         Ok(r) => Some(
