@@ -10,9 +10,11 @@ Per pod, two latencies from its submission (manifest renamed in / POST sent):
   running: the pod seen Running+Ready (static: the read-only /pods; API: a watch on the apiserver).
 Then where rkubelet's time went: the mean of each stage of its start-up timeline over the phase's
 pods (kubelet_pod_start_stage_duration_seconds on the read-only /metrics; builds without it
-print nothing).
+print nothing), and the CRI calls containerd answered from submission to all Running, by method
+(its grpc_server_handled_total, served at $CONTAINERD_METRICS; the floor makes 5 per pod:
+RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer, StartContainer).
 """
-import datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
+import collections, datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
 
 IMAGE = "rkubelet.local/busybox:1.35"
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
@@ -74,6 +76,35 @@ def print_stages(before, after):
         print("  rkubelet's timeline, mean s per stage: " + ", ".join(rows))
 
 
+def cri_counts():
+    """CRI calls containerd has answered so far, by method (empty without $CONTAINERD_METRICS)."""
+    by = collections.Counter()
+    addr = os.environ.get("CONTAINERD_METRICS")
+    if not addr:
+        return by
+    try:
+        c = http.client.HTTPConnection(addr, timeout=10)
+        c.request("GET", "/v1/metrics")
+        body = c.getresponse().read().decode()
+    except OSError:
+        return by
+    for line in body.splitlines():
+        m = re.match(r'grpc_server_handled_total\{(.*)\} (\S+)', line)
+        if m and 'grpc_service="runtime.' in m.group(1):
+            method = re.search(r'grpc_method="([^"]+)"', m.group(1)).group(1)
+            by[method] += int(float(m.group(2)))
+    return by
+
+
+def print_cri(before, after, n):
+    d = after - before
+    if not d:
+        return
+    total = sum(d.values())
+    top = ", ".join(f"{k} {v}" for k, v in d.most_common())
+    print(f"  CRI calls, submit -> all Running: {total} ({total / n:.1f}/pod; floor 5.0): {top}")
+
+
 def wait_empty(sock, done, n):
     """Until `done()` and the runtime has no container left; seconds, or None on timeout."""
     t1 = time.monotonic()
@@ -108,6 +139,7 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
         with urllib.request.urlopen(url, timeout=5) as r:
             return json.load(r).get("items") or []
     stages0 = stage_totals(port)
+    cri0 = cri_counts()
     staging = os.path.join(os.path.dirname(mdir.rstrip("/")), "staging")
     os.makedirs(staging, exist_ok=True)
     names = [f"st-{i:03d}" for i in range(n)]
@@ -138,6 +170,7 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
                 running[nm] = now
         time.sleep(0.05)
     t_all = max(running.values()) - t0 if len(running) >= n else None
+    cri1 = cri_counts()
     started = started_from_log(klog, "st", wall0)
     stages1 = stage_totals(port)
     for name in names:
@@ -150,6 +183,7 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
     gone = wait_empty(sock, empty, n)
     record(results, kind, n, sent, running, started, t_all, gone)
     print_stages(stages0, stages1)
+    print_cri(cri0, cri1, n)
 
 
 def api(n, url, pki, node, sock, klog, results, ro_port):
@@ -187,6 +221,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     threading.Thread(target=watch, args=(rv,), daemon=True).start()
     time.sleep(1)
     stages0 = stage_totals(ro_port)
+    cri0 = cri_counts()
     names = [f"ap-{i:03d}" for i in range(n)]
     sent = {}
     t0, wall0 = time.monotonic(), time.time() - 0.5
@@ -207,6 +242,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     with lock:
         run = dict(running)
     t_all = max(run.values()) - t0 if len(run) >= n else None
+    cri1 = cri_counts()
     started = started_from_log(klog, "ap", wall0)
     stages1 = stage_totals(ro_port)
     for name in names:
@@ -217,6 +253,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     gone = wait_empty(sock, all_deleted, n)
     record(results, "API", n, sent, run, started, t_all, gone)
     print_stages(stages0, stages1)
+    print_cri(cri0, cri1, n)
 
 
 def median(xs):

@@ -84,6 +84,9 @@ bench_one() {
     local n="$1" kc="$2" url="$3" sock port sport logf r
     logf="/tmp/rkubelet-floorbench-$n.log"
     log "N=$n: containerd (INDEX $INDEX) in $CD"
+    # containerd's metrics: the CRI calls each rkubelet phase made (cri-floor.py reads them).
+    export CONTAINERD_METRICS
+    CONTAINERD_METRICS="127.0.0.1:$(free_port $((23000 + n)))"
     "$HACK_DIR/containerd.sh" up "$CD" "$INDEX" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
     sock="$(sed -n 's/^CONTAINERD_SOCK=//p' "$CD/env")"
 
