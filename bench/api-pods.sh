@@ -66,6 +66,7 @@ bench_traps 'cleanup; rm -f "$RESULTS"'
 MEASURE_PY=$(
     cat <<'PY'
 import datetime, json, os, re, ssl, sys, threading, time, collections, http.client, subprocess
+import cri_calls  # bench/cri_calls.py, on PYTHONPATH
 
 n, url, pki, node, pid, sock, audit, outfile, cpid, klog, kubelet, qps, cmetrics = sys.argv[1:14]
 n, pid, cpid = int(n), int(pid), int(cpid)
@@ -134,22 +135,7 @@ def runtime_containers():
     return out.split()
 
 def cri_counts():
-    """CRI calls containerd has answered, by method (its grpc_server_handled_total; v1 and
-    v1alpha2 alike, any status code): what the kubelet asked of the runtime."""
-    by = collections.Counter()
-    try:
-        c = http.client.HTTPConnection(cmetrics, timeout=10)
-        c.request("GET", "/v1/metrics")
-        body = c.getresponse().read().decode()
-    except OSError:
-        return by
-    for line in body.splitlines():
-        m = re.match(r'grpc_server_handled_total\{(.*)\} (\S+)', line)
-        if not m or 'grpc_service="runtime.' not in m.group(1):
-            continue
-        method = re.search(r'grpc_method="([^"]+)"', m.group(1)).group(1)
-        by[method] += int(float(m.group(2)))
-    return by
+    return cri_calls.counts(cmetrics)
 
 def audit_counts():
     """Requests made with this node's credentials, by verb and resource (one per auditID)."""
@@ -404,7 +390,7 @@ bench_one() {
     log "N=$n: node Ready; $kubelet pid $CUR_PID, log $logf"
     # Both settle first (upstream's cadvisor and image manager start in its first seconds).
     sleep 5
-    python3 -c "$MEASURE_PY" "$n" "$url" "$cp/pki" "$NODE_NAME" "$CUR_PID" "$sock" \
+    PYTHONPATH="$REPO_ROOT/bench" python3 -c "$MEASURE_PY" "$n" "$url" "$cp/pki" "$NODE_NAME" "$CUR_PID" "$sock" \
         "$cp/log/audit.log" "$results" "$(sed -n 's/^CONTAINERD_PID=//p' "$cd/env")" "$logf" \
         "$kubelet" "$qps" "$cmetrics"
     echo "  $kubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"

@@ -14,7 +14,8 @@ print nothing), and the CRI calls containerd answered from submission to all Run
 (its grpc_server_handled_total, served at $CONTAINERD_METRICS; the floor makes 5 per pod:
 RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer, StartContainer).
 """
-import collections, datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
+import datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
+import cri_calls  # bench/cri_calls.py, beside this script
 
 IMAGE = "rkubelet.local/busybox:1.35"
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
@@ -78,22 +79,7 @@ def print_stages(before, after):
 
 def cri_counts():
     """CRI calls containerd has answered so far, by method (empty without $CONTAINERD_METRICS)."""
-    by = collections.Counter()
-    addr = os.environ.get("CONTAINERD_METRICS")
-    if not addr:
-        return by
-    try:
-        c = http.client.HTTPConnection(addr, timeout=10)
-        c.request("GET", "/v1/metrics")
-        body = c.getresponse().read().decode()
-    except OSError:
-        return by
-    for line in body.splitlines():
-        m = re.match(r'grpc_server_handled_total\{(.*)\} (\S+)', line)
-        if m and 'grpc_service="runtime.' in m.group(1):
-            method = re.search(r'grpc_method="([^"]+)"', m.group(1)).group(1)
-            by[method] += int(float(m.group(2)))
-    return by
+    return cri_calls.counts(os.environ.get("CONTAINERD_METRICS"))
 
 
 def print_cri(before, after, n):
