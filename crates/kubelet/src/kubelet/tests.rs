@@ -658,3 +658,41 @@ async fn half_made_pod_cgroup_is_remade_whole() {
     );
     h.stop().await;
 }
+
+/// A pod that comes back with the same UID right after its cleanup (a static pod whose manifest
+/// was moved out and back) starts afresh: the PLEG cache's read from before the cleanup is not
+/// taken for its state, so its sandbox is attempt 0, its container restart count 0, and it gets
+/// one sandbox, not one per stale read.
+#[tokio::test(start_paused = true)]
+async fn a_uid_back_right_after_its_cleanup_starts_afresh() {
+    let h = Harness::start().await;
+    let p = pod("web", "uid-web", vec![container("main")]);
+    h.want(vec![p.clone()]).await;
+    h.until("running", Duration::from_secs(30), |f| {
+        running(f, "web", "main")
+    })
+    .await;
+    h.want(vec![]).await;
+    h.until("removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty() && f.containers().is_empty()
+    })
+    .await;
+    h.want(vec![p]).await;
+    h.until("running again", Duration::from_secs(30), |f| {
+        running(f, "web", "main")
+    })
+    .await;
+    // Long enough for a sync on a stale read to have made another sandbox.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let containers = h.fake.containers();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_eq!(containers[0].attempt, 0, "restart count: {containers:?}");
+    let sandboxes = h.calls("run_pod_sandbox", "web");
+    assert_eq!(
+        sandboxes.len(),
+        2,
+        "one sandbox per incarnation: {sandboxes:#?}"
+    );
+    assert_eq!(h.fake.sandboxes().len(), 1);
+    h.stop().await;
+}

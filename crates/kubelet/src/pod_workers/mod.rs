@@ -43,7 +43,11 @@ pub struct SyncOutcome {
 pub trait PodSyncer: Send + Sync + 'static {
     type State: Send + 'static;
 
-    fn new_state(&self, pod: &Pod) -> Self::State;
+    /// `after`: when an earlier worker of the same UID finished (a static pod whose manifest
+    /// came back unchanged, a pod wanted again while it was torn down). The new state must not
+    /// act on a runtime read older than that: it would show the containers and sandboxes that
+    /// worker removed, and the pod would start with their attempt and restart counts.
+    fn new_state(&self, pod: &Pod, after: Option<Instant>) -> Self::State;
 
     /// Upstream `SyncPod`: one pass towards the spec.
     fn sync_pod(
@@ -135,6 +139,8 @@ pub struct PodRecord {
     pub next_sync: Option<Instant>,
     /// The same UID was wanted again while terminating (upstream `restartRequested`).
     restart: Option<Arc<Pod>>,
+    /// When this UID's previous worker finished (a pod waiting for its name after one).
+    after: Option<Instant>,
     worker: Option<watch::Sender<Work>>,
 }
 
@@ -147,6 +153,7 @@ impl PodRecord {
             deleted_in_api: false,
             next_sync: None,
             restart: None,
+            after: None,
             worker: None,
         }
     }
@@ -260,25 +267,34 @@ impl<S: PodSyncer> PodWorkers<S> {
                 Phase::Rejected => r.pod = Some(pod),
                 Phase::WaitingForName if busy => r.pod = Some(pod),
                 Phase::WaitingForName => {
+                    let after = r.after;
                     self.records.remove(&uid);
-                    self.start(uid, pod, full_name, false);
+                    self.start(uid, pod, full_name, false, after);
                 }
                 Phase::Terminating { .. } | Phase::Terminated => r.restart = Some(pod),
-                Phase::Finished { .. } => {
+                // The same UID again before a runtime listing showed its cleanup: the PLEG cache
+                // may still hold the read from before the removal.
+                Phase::Finished { at } => {
                     self.records.remove(&uid);
-                    self.start(uid, pod, full_name, busy);
+                    self.start(uid, pod, full_name, busy, Some(at));
                 }
             },
-            None => self.start(uid, pod, full_name, busy),
+            None => self.start(uid, pod, full_name, busy, None),
         }
     }
 
-    fn start(&mut self, uid: String, pod: Arc<Pod>, full_name: String, busy: bool) {
+    fn start(
+        &mut self,
+        uid: String,
+        pod: Arc<Pod>,
+        full_name: String,
+        busy: bool,
+        after: Option<Instant>,
+    ) {
         if busy {
-            self.records.insert(
-                uid,
-                PodRecord::new(Some(pod), full_name, Phase::WaitingForName),
-            );
+            let mut r = PodRecord::new(Some(pod), full_name, Phase::WaitingForName);
+            r.after = after;
+            self.records.insert(uid, r);
         } else {
             self.spawn(
                 uid,
@@ -286,6 +302,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 full_name,
                 Work::Sync(pod),
                 Phase::Syncing,
+                after,
             );
         }
     }
@@ -337,6 +354,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             grace,
             failure,
         };
+        let mut after = None;
         if let Some(r) = self.records.get_mut(&uid) {
             match (r.phase, &r.worker) {
                 (Phase::Syncing, Some(w)) => {
@@ -348,7 +366,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 }
                 // Never started: it is torn down like a pod with nothing running (its API
                 // deletion still has to complete).
-                (Phase::WaitingForName, _) => {}
+                (Phase::WaitingForName, _) => after = r.after,
                 _ => {
                     r.restart = None;
                     r.next_sync = None;
@@ -363,6 +381,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             full_name,
             work,
             Phase::Terminating { grace },
+            after,
         );
     }
 
@@ -380,6 +399,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             full_name,
             Work::TerminateRuntime { pod, grace },
             Phase::Terminating { grace: Some(grace) },
+            None,
         );
     }
 
@@ -490,6 +510,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         full_name: String,
         work: Work,
         phase: Phase,
+        after: Option<Instant>,
     ) {
         let span = tracing::info_span!("pod_worker", pod = %full_name, uid = %uid);
         let (tx, rx) = watch::channel(work);
@@ -500,6 +521,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 self.events.clone(),
                 self.cancel.child_token(),
                 uid.clone(),
+                after,
             )
             .instrument(span),
         );

@@ -29,7 +29,14 @@ impl Recorder {
 impl PodSyncer for Recorder {
     type State = ();
 
-    fn new_state(&self, _pod: &Pod) {}
+    fn new_state(&self, pod: &Pod, after: Option<Instant>) {
+        if after.is_some() {
+            self.push(format!(
+                "new_state {} after a finished worker",
+                podutil::uid(pod)
+            ));
+        }
+    }
 
     async fn sync_pod(&self, _: &mut (), pod: &Arc<Pod>) -> SyncOutcome {
         self.push(format!("sync {}", podutil::uid(pod)));
@@ -139,11 +146,36 @@ async fn termination_is_final_until_the_pod_is_added_again() {
         t.syncer.ops(),
         ["sync u1", "terminating u1 Some(5s)", "terminated u1"]
     );
-    // Added again by its source: a new worker.
+    // Added again by its source: a new worker, whose state is told when the old one finished
+    // (its first read must not be the cache's from before the cleanup).
+    t.workers.update(p.clone());
+    t.settle().await;
+    assert_eq!(
+        t.syncer.ops()[3..],
+        ["new_state u1 after a finished worker", "sync u1"]
+    );
+    assert_eq!(t.workers.phase("u1"), Some(Phase::Syncing));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_uid_forgotten_after_a_listing_starts_afresh() {
+    let mut t = Table::new();
+    let p = pod("a", "u1");
+    t.workers.update(p.clone());
+    t.settle().await;
+    t.workers.terminate(p.clone(), None);
+    assert!(t.until_finished("u1").await.is_empty());
+    // A runtime listing taken after the cleanup: the PLEG cache no longer holds the pod's
+    // old read, and the record goes.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    t.workers.forget_finished(Instant::now());
+    assert!(!t.workers.knows("u1"));
     t.workers.update(p);
     t.settle().await;
-    assert_eq!(t.syncer.ops().last().map(String::as_str), Some("sync u1"));
-    assert_eq!(t.workers.phase("u1"), Some(Phase::Syncing));
+    assert_eq!(
+        t.syncer.ops(),
+        ["sync u1", "terminating u1 None", "terminated u1", "sync u1"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -185,7 +217,13 @@ async fn a_pod_readded_while_terminating_restarts_after_it_finished() {
     t.settle().await;
     assert_eq!(
         t.syncer.ops(),
-        ["sync u", "terminating u None", "terminated u", "sync u"]
+        [
+            "sync u",
+            "terminating u None",
+            "terminated u",
+            "new_state u after a finished worker",
+            "sync u"
+        ]
     );
 }
 

@@ -63,6 +63,7 @@ pub(super) async fn run<S: PodSyncer>(
     events: mpsc::UnboundedSender<WorkerEvent>,
     cancel: CancellationToken,
     uid: String,
+    after: Option<tokio::time::Instant>,
 ) {
     let mut state: Option<S::State> = None;
     // The pod reached a terminal phase and was stopped: it never syncs again.
@@ -83,7 +84,7 @@ pub(super) async fn run<S: PodSyncer>(
                 grace,
                 failure,
             } => {
-                let st = state.get_or_insert_with(|| syncer.new_state(&pod));
+                let st = state.get_or_insert_with(|| syncer.new_state(&pod, after));
                 if !retry!(
                     &cancel,
                     syncer.sync_terminating_pod(st, &pod, grace, failure.as_ref())
@@ -102,7 +103,7 @@ pub(super) async fn run<S: PodSyncer>(
                 return;
             }
             Work::Sync(pod) if !done => {
-                let st = state.get_or_insert_with(|| syncer.new_state(&pod));
+                let st = state.get_or_insert_with(|| syncer.new_state(&pod, after));
                 let out: SyncOutcome = syncer.sync_pod(st, &pod).await;
                 if out.terminal {
                     info!("pod reached a terminal phase; stopping its sandbox");

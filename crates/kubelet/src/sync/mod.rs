@@ -103,7 +103,8 @@ pub struct PodState {
     /// The pod's volumes as the last sync set them up, for the containers' mounts.
     pub volumes: PodVolumes,
     /// When the last sync's runtime actions ended: the next sync needs a runtime status read
-    /// after it (upstream `lastSyncTime`). None before the first sync.
+    /// after it (upstream `lastSyncTime`). Before the first sync: when an earlier worker of
+    /// the same UID finished, or None.
     pub last_sync: Option<tokio::time::Instant>,
     /// The kubelet is failing this pod (an eviction): every status published from now on is
     /// `Failed` with this reason and message.

@@ -25,8 +25,11 @@ pub struct Syncer {
 impl PodSyncer for Syncer {
     type State = PodState;
 
-    fn new_state(&self, _pod: &Pod) -> PodState {
-        PodState::with_crash_loop_max(self.ctx.crash_loop_max)
+    fn new_state(&self, _pod: &Pod, after: Option<tokio::time::Instant>) -> PodState {
+        let mut state = PodState::with_crash_loop_max(self.ctx.crash_loop_max);
+        // The first sync reads the runtime newer than the previous worker's cleanup.
+        state.last_sync = after;
+        state
     }
 
     async fn sync_pod(&self, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
