@@ -420,12 +420,16 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
         .await
         .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
         .unwrap_or_default();
-    let sandboxes = sandbox::sandbox_usage(cri)
+    let (tree, system) = src.pod_cgroups(true).await;
+    let pod_pids = |uid: &str| {
+        let path = &tree.pods.get(uid)?.id;
+        Some(src.cgroups.as_ref()?.pids(path))
+    };
+    let sandboxes = sandbox::sandbox_usage(cri, &pod_pids)
         .await
         .map_err(|e| tracing::warn!(error = %e, "cannot read pod sandboxes"))
         .unwrap_or_default();
     let image_fs = image_fs(cri).await;
-    let (tree, system) = src.pod_cgroups(true).await;
     // Every pod's storage, with the writable layers the runtime just reported.
     let mut layers: BTreeMap<PodKey, BTreeMap<String, fs::DiskUsage>> = sandboxes
         .iter()

@@ -1,7 +1,8 @@
 //! Pod-level figures the containers' stats lack: the pod's network (its sandbox's network
 //! namespace) and its process count. The runtime's `ListPodSandboxStats` is asked first; where it
-//! leaves them out, they are read from /proc through the sandbox's pid, which the runtime gives in
-//! `PodSandboxStatus`'s verbose info (containerd: `info.pid`).
+//! leaves them out, they are read from /proc through the processes of the pod's cgroup or, for a
+//! pod without one, the sandbox's pid, which the runtime gives in `PodSandboxStatus`'s verbose
+//! info (containerd: `info.pid`).
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -121,8 +122,96 @@ fn needs_proc_fallback(
     listed || !matches!(answered, Some(n) if n > 0)
 }
 
-/// The ready sandboxes with their network and process figures.
-pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsError> {
+/// The pid of a sandbox from the runtime's verbose `PodSandboxStatus` (one CRI call).
+async fn verbose_pid(cri: &CriClient, id: &str) -> Option<u32> {
+    let status = cri
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        })
+        .await;
+    match status {
+        Ok(s) => sandbox_pid(&s.info),
+        Err(e) => {
+            tracing::debug!(error = %e, sandbox = %id, "no sandbox status");
+            None
+        }
+    }
+}
+
+/// Where the fallback finds a pod's processes.
+#[derive(Debug, Clone, PartialEq)]
+enum PodProcesses {
+    /// Every process in the pod's cgroup and below it (the containers' cgroups): the pause
+    /// process and the containers', all in the sandbox's network namespace.
+    Cgroup(Vec<i32>),
+    /// The sandbox's pid from the runtime (no pod cgroups: `cgroupsPerQOS` off).
+    Sandbox(Option<u32>),
+}
+
+impl PodProcesses {
+    /// The pod's network counters and process count from /proc. `by_netns` is the count of
+    /// processes per network namespace, made on first need and shared by the pass.
+    ///
+    /// From the pod cgroup the count is its processes, host-network pods included (upstream
+    /// takes `process_count` from cAdvisor's reading of the pod cgroup). From a bare sandbox pid
+    /// it is the processes in the sandbox's network namespace, which a host-network pod shares
+    /// with the node: no count then. A host-network pod has no network figures of its own
+    /// either way (cAdvisor reports none for it).
+    fn read(
+        &self,
+        host_netns: Option<u64>,
+        by_netns: &mut Option<HashMap<u64, u64>>,
+    ) -> (Option<PodNetwork>, Option<u64>) {
+        let (proc_dir, ns) = match self {
+            PodProcesses::Cgroup(pids) => pids
+                .iter()
+                .map(|p| Path::new("/proc").join(p.to_string()))
+                .find_map(|d| netns_inode(&d).map(|ns| (d, Some(ns))))
+                .unwrap_or_default(),
+            PodProcesses::Sandbox(Some(pid)) => {
+                let d = Path::new("/proc").join(pid.to_string());
+                let ns = netns_inode(&d);
+                (d, ns)
+            }
+            PodProcesses::Sandbox(None) => return (None, None),
+        };
+        let own_netns = ns.is_some() && ns != host_netns;
+        let network =
+            own_netns
+                .then(|| net::read(&proc_dir).ok())
+                .flatten()
+                .map(|(interfaces, default)| PodNetwork {
+                    timestamp_ns: super::now_ns(),
+                    interfaces,
+                    default,
+                });
+        let count = match self {
+            // A pod cgroup with no process is a sandbox being torn down: no figure.
+            PodProcesses::Cgroup(pids) => (!pids.is_empty()).then_some(pids.len() as u64),
+            PodProcesses::Sandbox(_) if own_netns => {
+                let counts = by_netns.get_or_insert_with(processes_by_netns);
+                ns.and_then(|i| counts.get(&i).copied())
+            }
+            PodProcesses::Sandbox(_) => None,
+        };
+        (network, count)
+    }
+}
+
+/// The ready sandboxes with their network and process figures. `pod_pids` gives the processes
+/// in a pod's cgroup (by pod UID), None where the pod has none.
+///
+/// Where the runtime's stats leave figures out, they are read from /proc through the pod
+/// cgroup's processes, which costs no CRI call; only a pod without a cgroup costs a verbose
+/// `PodSandboxStatus`. This matters when containerd fails `ListPodSandboxStats` as a whole, as
+/// it does when one sandbox stops between its ready check and its stats (every stats pass
+/// while pods are deleted): at 100 pods deleted that was ~95 serial status calls per failed pass
+/// (bench/api-pods.sh with the debug log).
+pub async fn sandbox_usage(
+    cri: &CriClient,
+    pod_pids: &(dyn Fn(&str) -> Option<Vec<i32>> + Sync),
+) -> Result<Vec<SandboxUsage>, StatsError> {
     let sandboxes = cri
         .list_pod_sandbox(api::ListPodSandboxRequest {
             filter: Some(api::PodSandboxFilter {
@@ -197,39 +286,13 @@ pub async fn sandbox_usage(cri: &CriClient) -> Result<Vec<SandboxUsage>, StatsEr
             network.is_some(),
             process_count.is_some(),
         ) {
-            let status = cri
-                .pod_sandbox_status(api::PodSandboxStatusRequest {
-                    pod_sandbox_id: sb.id.clone(),
-                    verbose: true,
-                })
-                .await;
-            let pid = match status {
-                Ok(s) => sandbox_pid(&s.info),
-                Err(e) => {
-                    tracing::debug!(error = %e, sandbox = %sb.id, "no sandbox status");
-                    None
-                }
+            let procs = match pod_pids(&pod.uid) {
+                Some(pids) => PodProcesses::Cgroup(pids),
+                None => PodProcesses::Sandbox(verbose_pid(cri, &sb.id).await),
             };
-            if let Some(pid) = pid {
-                let proc_dir = Path::new("/proc").join(pid.to_string());
-                let ns = netns_inode(&proc_dir);
-                // A host-network pod shares the node's namespace: its traffic and processes
-                // cannot be told apart from the node's (cAdvisor reports no network for it).
-                let own_netns = ns.is_some() && ns != host_netns;
-                if network.is_none() && own_netns {
-                    network = net::read(&proc_dir)
-                        .ok()
-                        .map(|(interfaces, default)| PodNetwork {
-                            timestamp_ns: super::now_ns(),
-                            interfaces,
-                            default,
-                        });
-                }
-                if process_count.is_none() && own_netns {
-                    let counts = by_netns.get_or_insert_with(processes_by_netns);
-                    process_count = ns.and_then(|i| counts.get(&i).copied());
-                }
-            }
+            let (net, count) = procs.read(host_netns, &mut by_netns);
+            network = network.or(net);
+            process_count = process_count.or(count);
         }
         out.push(SandboxUsage {
             id: sb.id,
@@ -306,6 +369,136 @@ mod tests {
         assert_eq!(p.interfaces[0].rx_bytes, 10);
         assert_eq!(p.interfaces[0].tx_bytes, 20);
         assert_eq!(p.timestamp_ns, 5);
+    }
+
+    /// A child process that sleeps until dropped.
+    struct Child(std::process::Child);
+    impl Child {
+        fn spawn(cmd: &mut std::process::Command) -> Child {
+            Child(cmd.spawn().expect("spawn a child process"))
+        }
+        fn pid(&self) -> i32 {
+            self.0.id() as i32
+        }
+    }
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn pod_processes_read_from_proc() {
+        let host = netns_inode(Path::new("/proc/self"));
+        let mut by_netns = None;
+        // Processes in the node's namespace (a host-network pod): counted from the cgroup, no
+        // network of their own, and no count from a bare sandbox pid.
+        let sleeper = Child::spawn(std::process::Command::new("sleep").arg("60"));
+        let host_pod = PodProcesses::Cgroup(vec![sleeper.pid(), std::process::id() as i32]);
+        assert_eq!(host_pod.read(host, &mut by_netns), (None, Some(2)));
+        let bare = PodProcesses::Sandbox(Some(sleeper.0.id()));
+        assert_eq!(bare.read(host, &mut by_netns), (None, None));
+        // A cgroup emptied, a sandbox without a pid: nothing to read.
+        assert_eq!(
+            PodProcesses::Cgroup(vec![]).read(host, &mut by_netns),
+            (None, None)
+        );
+        assert_eq!(
+            PodProcesses::Sandbox(None).read(host, &mut by_netns),
+            (None, None)
+        );
+        assert!(by_netns.is_none(), "no /proc scan for the node's namespace");
+    }
+
+    #[test]
+    fn a_pod_in_its_own_netns_gets_its_interfaces_and_count() {
+        // A real network namespace with a veth pair and the default route through eth0, as a
+        // pod sandbox has (root only, as the kubelet).
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "--net",
+            "sh",
+            "-c",
+            "ip link add eth0 type veth peer name p0 && ip link set eth0 up \
+             && ip route add default dev eth0 && exec sleep 60",
+        ]);
+        let pod = Child::spawn(&mut cmd);
+        let proc_dir = Path::new("/proc").join(pod.pid().to_string());
+        let host = netns_inode(Path::new("/proc/self"));
+        // Wait until it is in its namespace with the interface made.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !std::fs::read_to_string(proc_dir.join("comm")).is_ok_and(|c| c.trim() == "sleep") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never slept"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut by_netns = None;
+        let (network, count) = PodProcesses::Cgroup(vec![pod.pid()]).read(host, &mut by_netns);
+        let network = network.expect("the pod's own network");
+        assert_eq!(network.default.as_deref(), Some("eth0"));
+        let names: Vec<&str> = network.interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, vec!["p0", "eth0"]);
+        assert_eq!(count, Some(1));
+        // The same pod known only by its sandbox pid: counted by its namespace.
+        let (network, count) = PodProcesses::Sandbox(Some(pod.0.id())).read(host, &mut by_netns);
+        assert_eq!(network.map(|n| n.default), Some(Some("eth0".to_string())));
+        assert_eq!(count, Some(1));
+    }
+
+    /// containerd fails `ListPodSandboxStats` as a whole when a sandbox stops under it: the
+    /// figures then come from the pod cgroups without a `PodSandboxStatus` per sandbox; only a
+    /// pod without a cgroup asks for its sandbox's pid.
+    #[tokio::test]
+    async fn a_failed_stats_call_reads_pod_cgroups_not_the_runtime() {
+        use rkubelet_cri::fake::FakeRuntime;
+        let fake = FakeRuntime::new(std::sync::Arc::new(crate::clock::now_unix_nanos));
+        let cri = CriClient::with_backend(
+            std::sync::Arc::new(fake.clone()),
+            "fake".into(),
+            rkubelet_cri::DEFAULT_TIMEOUT,
+        );
+        for (name, uid) in [("with-cgroup", "u1"), ("without", "u2")] {
+            cri.run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(api::PodSandboxConfig {
+                    metadata: Some(api::PodSandboxMetadata {
+                        name: name.into(),
+                        uid: uid.into(),
+                        namespace: "default".into(),
+                        attempt: 0,
+                    }),
+                    ..Default::default()
+                }),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("run sandbox");
+        }
+        fake.fail_next(
+            "list_pod_sandbox_stats",
+            "",
+            tonic::Status::unknown("sandbox container is not in ready state"),
+        );
+        let me = std::process::id() as i32;
+        let pod_pids = |uid: &str| (uid == "u1").then(|| vec![me]);
+        let usage = sandbox_usage(&cri, &pod_pids).await.expect("usage");
+        let count = |uid: &str| {
+            usage
+                .iter()
+                .find(|u| u.pod.uid == uid)
+                .map(|u| u.process_count)
+        };
+        assert_eq!(count("u1"), Some(Some(1)), "counted from the pod cgroup");
+        assert_eq!(count("u2"), Some(None), "the fake's sandbox has no pid");
+        let status_calls: Vec<String> = fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == "pod_sandbox_status")
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(status_calls, vec!["without".to_string()]);
     }
 
     #[test]
