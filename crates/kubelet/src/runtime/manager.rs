@@ -189,24 +189,7 @@ impl RuntimeManager {
     }
 
     /// Everything the runtime has for `uid`, newest first (upstream `GetPodStatus`).
-    ///
-    /// The sandboxes and the containers are read side by side (upstream reads them one after
-    /// the other): the read is on the path from a container's start to its status, and while
-    /// the runtime is busy starting or stopping many pods each round trip waits its turn.
-    /// Reading them in turn gave no firmer view: the runtime can change between any two calls.
     pub async fn pod_status(&self, uid: &str) -> Result<PodRuntimeStatus, RuntimeError> {
-        let (mut sandboxes, mut containers) =
-            tokio::try_join!(self.pod_sandboxes(uid), self.pod_containers(uid))?;
-        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        Ok(PodRuntimeStatus {
-            sandboxes,
-            containers,
-        })
-    }
-
-    /// The pod's sandboxes with their status (a sandbox removed since the listing left out).
-    async fn pod_sandboxes(&self, uid: &str) -> Result<Vec<SandboxStatus>, RuntimeError> {
         let sandboxes = self
             .cri
             .list_pod_sandbox(api::ListPodSandboxRequest {
@@ -218,16 +201,16 @@ impl RuntimeManager {
             .await
             .map_err(cri("list pod sandboxes"))?
             .items;
-        let statuses = join_all(sandboxes.iter().map(|sb| {
-            self.cri.pod_sandbox_status(api::PodSandboxStatusRequest {
-                pod_sandbox_id: sb.id.clone(),
-                verbose: false,
-            })
-        }))
-        .await;
-        let mut out = Vec::with_capacity(sandboxes.len());
-        for (sb, st) in sandboxes.iter().zip(statuses) {
-            let st = match st {
+        let mut out = PodRuntimeStatus::default();
+        for sb in sandboxes {
+            let st = match self
+                .cri
+                .pod_sandbox_status(api::PodSandboxStatusRequest {
+                    pod_sandbox_id: sb.id.clone(),
+                    verbose: false,
+                })
+                .await
+            {
                 Ok(r) => r.status,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(cri(format!("status of sandbox {}", sb.id))(e)),
@@ -240,7 +223,7 @@ impl RuntimeManager {
                 .and_then(|l| l.namespaces.as_ref())
                 .and_then(|n| n.options.as_ref())
                 .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
-            out.push(SandboxStatus {
+            out.sandboxes.push(SandboxStatus {
                 id: st.id,
                 attempt: st.metadata.map(|m| m.attempt).unwrap_or(0),
                 ready: st.state == api::PodSandboxState::SandboxReady as i32,
@@ -252,12 +235,9 @@ impl RuntimeManager {
                 host_network,
             });
         }
-        Ok(out)
-    }
+        out.sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
 
-    /// The pod's containers with their status (a container removed since the listing left out).
-    async fn pod_containers(&self, uid: &str) -> Result<Vec<ContainerStatus>, RuntimeError> {
-        let mut out = Vec::new();
         let containers = self
             .cri
             .list_containers(api::ListContainersRequest {
@@ -288,7 +268,7 @@ impl RuntimeManager {
             if st.state == api::ContainerState::ContainerExited as i32 {
                 message = termination::append(&message, &termination::message(&st).await);
             }
-            out.push(ContainerStatus {
+            out.containers.push(ContainerStatus {
                 id: st.id.clone(),
                 name: st
                     .metadata
@@ -319,6 +299,8 @@ impl RuntimeManager {
                 log_path: st.log_path.clone(),
             });
         }
+        out.containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
         Ok(out)
     }
 
