@@ -421,11 +421,18 @@ pub async fn summary(src: &StatsSource) -> summary::Summary {
         .map_err(|e| tracing::warn!(error = %e, "cannot read container usage"))
         .unwrap_or_default();
     let (tree, system) = src.pod_cgroups(true).await;
-    let pod_pids = |uid: &str| {
-        let path = &tree.pods.get(uid)?.id;
-        Some(src.cgroups.as_ref()?.pids(path))
+    let pod_pids = match src.cgroups.clone() {
+        Some(c) => sandbox::PodPids {
+            paths: tree
+                .pods
+                .iter()
+                .map(|(uid, s)| (uid.clone(), s.id.clone()))
+                .collect(),
+            read: std::sync::Arc::new(move |path| c.pids(path)),
+        },
+        None => sandbox::PodPids::none(),
     };
-    let sandboxes = sandbox::sandbox_usage(cri, &pod_pids)
+    let sandboxes = sandbox::sandbox_usage(cri, pod_pids)
         .await
         .map_err(|e| tracing::warn!(error = %e, "cannot read pod sandboxes"))
         .unwrap_or_default();

@@ -139,6 +139,39 @@ async fn verbose_pid(cri: &CriClient, id: &str) -> Option<u32> {
     }
 }
 
+/// Which figures a sandbox still lacks after the runtime's answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Want {
+    network: bool,
+    count: bool,
+}
+
+/// Reads the processes in a cgroup (a cgroupfs path) and below it. Blocking.
+pub type ReadPids = std::sync::Arc<dyn Fn(&str) -> Vec<i32> + Send + Sync>;
+
+/// The pod cgroups the fallback reads processes from.
+#[derive(Clone)]
+pub struct PodPids {
+    /// Pod UID -> its cgroup (the cgroupfs path); pods without one are not here.
+    pub paths: HashMap<String, String>,
+    pub read: ReadPids,
+}
+
+impl PodPids {
+    /// No pod cgroups (`cgroupsPerQOS` off).
+    pub fn none() -> Self {
+        PodPids {
+            paths: HashMap::new(),
+            read: std::sync::Arc::new(|_| Vec::new()),
+        }
+    }
+
+    /// The processes of the pod `uid`, None when it has no cgroup. Blocking.
+    fn of(&self, uid: &str) -> Option<Vec<i32>> {
+        self.paths.get(uid).map(|p| (self.read)(p))
+    }
+}
+
 /// Where the fallback finds a pod's processes.
 #[derive(Debug, Clone, PartialEq)]
 enum PodProcesses {
@@ -153,13 +186,16 @@ impl PodProcesses {
     /// The pod's network counters and process count from /proc. `by_netns` is the count of
     /// processes per network namespace, made on first need and shared by the pass.
     ///
-    /// From the pod cgroup the count is its processes, host-network pods included (upstream
-    /// takes `process_count` from cAdvisor's reading of the pod cgroup). From a bare sandbox pid
-    /// it is the processes in the sandbox's network namespace, which a host-network pod shares
-    /// with the node: no count then. A host-network pod has no network figures of its own
-    /// either way (cAdvisor reports none for it).
+    /// From the pod cgroup the count is its processes, the pause process included, as
+    /// containerd's `ListPodSandboxStats` counts them (the sandbox's task and its running
+    /// containers'), so the figure does not jump when that call fails; host-network pods are
+    /// counted too. From a bare sandbox pid it is the processes in the sandbox's network
+    /// namespace, which a host-network pod shares with the node: no count then. A host-network
+    /// pod has no network figures of its own either way (cAdvisor reports none for it). Only
+    /// the figures in `want` are read. Blocking.
     fn read(
         &self,
+        want: Want,
         host_netns: Option<u64>,
         by_netns: &mut Option<HashMap<u64, u64>>,
     ) -> (Option<PodNetwork>, Option<u64>) {
@@ -177,16 +213,16 @@ impl PodProcesses {
             PodProcesses::Sandbox(None) => return (None, None),
         };
         let own_netns = ns.is_some() && ns != host_netns;
-        let network =
-            own_netns
-                .then(|| net::read(&proc_dir).ok())
-                .flatten()
-                .map(|(interfaces, default)| PodNetwork {
-                    timestamp_ns: super::now_ns(),
-                    interfaces,
-                    default,
-                });
+        let network = (want.network && own_netns)
+            .then(|| net::read(&proc_dir).ok())
+            .flatten()
+            .map(|(interfaces, default)| PodNetwork {
+                timestamp_ns: super::now_ns(),
+                interfaces,
+                default,
+            });
         let count = match self {
+            _ if !want.count => None,
             // A pod cgroup with no process is a sandbox being torn down: no figure.
             PodProcesses::Cgroup(pids) => (!pids.is_empty()).then_some(pids.len() as u64),
             PodProcesses::Sandbox(_) if own_netns => {
@@ -199,8 +235,8 @@ impl PodProcesses {
     }
 }
 
-/// The ready sandboxes with their network and process figures. `pod_pids` gives the processes
-/// in a pod's cgroup (by pod UID), None where the pod has none.
+/// The ready sandboxes with their network and process figures. `pod_pids` reads the processes
+/// of the pods that have a cgroup.
 ///
 /// Where the runtime's stats leave figures out, they are read from /proc through the pod
 /// cgroup's processes, which costs no CRI call; only a pod without a cgroup costs a verbose
@@ -210,7 +246,7 @@ impl PodProcesses {
 /// (bench/api-pods.sh with the debug log).
 pub async fn sandbox_usage(
     cri: &CriClient,
-    pod_pids: &(dyn Fn(&str) -> Option<Vec<i32>> + Sync),
+    pod_pids: PodPids,
 ) -> Result<Vec<SandboxUsage>, StatsError> {
     let sandboxes = cri
         .list_pod_sandbox(api::ListPodSandboxRequest {
@@ -246,10 +282,9 @@ pub async fn sandbox_usage(
             None
         }
     };
-    // The kubelet runs in the node's network namespace (as upstream requires).
-    let host_netns = netns_inode(Path::new("/proc/self"));
-    let mut by_netns: Option<HashMap<u64, u64>> = None;
     let mut out = Vec::new();
+    // (index in out, what it lacks, the sandbox pid where the pod has no cgroup).
+    let mut fill: Vec<(usize, Want, Option<Option<u32>>)> = Vec::new();
     for sb in sandboxes {
         let l = &sb.labels;
         let md = sb.metadata.as_ref();
@@ -271,11 +306,11 @@ pub async fn sandbox_usage(
                 .unwrap_or_default(),
         };
         let linux = stats.as_ref().and_then(|m| m.get(&sb.id));
-        let mut network = linux
+        let network = linux
             .and_then(|s| s.network.as_ref())
             .filter(|n| n.default_interface.is_some() || !n.interfaces.is_empty())
             .map(from_cri_network);
-        let mut process_count = linux
+        let process_count = linux
             .and_then(|s| s.process.as_ref())
             .and_then(|p| p.process_count.as_ref())
             .map(|v| v.value);
@@ -286,13 +321,16 @@ pub async fn sandbox_usage(
             network.is_some(),
             process_count.is_some(),
         ) {
-            let procs = match pod_pids(&pod.uid) {
-                Some(pids) => PodProcesses::Cgroup(pids),
-                None => PodProcesses::Sandbox(verbose_pid(cri, &sb.id).await),
+            let want = Want {
+                network: network.is_none(),
+                count: process_count.is_none(),
             };
-            let (net, count) = procs.read(host_netns, &mut by_netns);
-            network = network.or(net);
-            process_count = process_count.or(count);
+            let sandbox_pid = if pod_pids.paths.contains_key(&pod.uid) {
+                None
+            } else {
+                Some(verbose_pid(cri, &sb.id).await)
+            };
+            fill.push((out.len(), want, sandbox_pid));
         }
         out.push(SandboxUsage {
             id: sb.id,
@@ -301,6 +339,38 @@ pub async fn sandbox_usage(
             network,
             process_count,
         });
+    }
+    if fill.is_empty() {
+        return Ok(out);
+    }
+    // The cgroup walks and /proc reads, off the async threads: at 100 pods on cgroup v1 that
+    // is thousands of small reads.
+    let uids: Vec<String> = fill.iter().map(|(i, ..)| out[*i].pod.uid.clone()).collect();
+    let read = tokio::task::spawn_blocking(move || {
+        // The kubelet runs in the node's network namespace (as upstream requires).
+        let host_netns = netns_inode(Path::new("/proc/self"));
+        let mut by_netns: Option<HashMap<u64, u64>> = None;
+        fill.into_iter()
+            .zip(uids)
+            .map(|((i, want, sandbox_pid), uid)| {
+                let procs = match sandbox_pid {
+                    Some(pid) => PodProcesses::Sandbox(pid),
+                    None => PodProcesses::Cgroup(pod_pids.of(&uid).unwrap_or_default()),
+                };
+                (i, procs.read(want, host_netns, &mut by_netns))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    match read {
+        Ok(filled) => {
+            for (i, (network, count)) in filled {
+                let u = &mut out[i];
+                u.network = u.network.take().or(network);
+                u.process_count = u.process_count.or(count);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read pod processes from /proc"),
     }
     Ok(out)
 }
@@ -371,6 +441,11 @@ mod tests {
         assert_eq!(p.timestamp_ns, 5);
     }
 
+    const ALL: Want = Want {
+        network: true,
+        count: true,
+    };
+
     /// A child process that sleeps until dropped.
     struct Child(std::process::Child);
     impl Child {
@@ -396,16 +471,21 @@ mod tests {
         // network of their own, and no count from a bare sandbox pid.
         let sleeper = Child::spawn(std::process::Command::new("sleep").arg("60"));
         let host_pod = PodProcesses::Cgroup(vec![sleeper.pid(), std::process::id() as i32]);
-        assert_eq!(host_pod.read(host, &mut by_netns), (None, Some(2)));
+        assert_eq!(host_pod.read(ALL, host, &mut by_netns), (None, Some(2)));
+        let only_net = Want {
+            network: true,
+            count: false,
+        };
+        assert_eq!(host_pod.read(only_net, host, &mut by_netns), (None, None));
         let bare = PodProcesses::Sandbox(Some(sleeper.0.id()));
-        assert_eq!(bare.read(host, &mut by_netns), (None, None));
+        assert_eq!(bare.read(ALL, host, &mut by_netns), (None, None));
         // A cgroup emptied, a sandbox without a pid: nothing to read.
         assert_eq!(
-            PodProcesses::Cgroup(vec![]).read(host, &mut by_netns),
+            PodProcesses::Cgroup(vec![]).read(ALL, host, &mut by_netns),
             (None, None)
         );
         assert_eq!(
-            PodProcesses::Sandbox(None).read(host, &mut by_netns),
+            PodProcesses::Sandbox(None).read(ALL, host, &mut by_netns),
             (None, None)
         );
         assert!(by_netns.is_none(), "no /proc scan for the node's namespace");
@@ -436,14 +516,17 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let mut by_netns = None;
-        let (network, count) = PodProcesses::Cgroup(vec![pod.pid()]).read(host, &mut by_netns);
+        let (network, count) = PodProcesses::Cgroup(vec![pod.pid()]).read(ALL, host, &mut by_netns);
         let network = network.expect("the pod's own network");
         assert_eq!(network.default.as_deref(), Some("eth0"));
-        let names: Vec<&str> = network.interfaces.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(names, vec!["p0", "eth0"]);
+        // /proc/net/dev's order is the kernel's (by ifindex on new kernels, hashed on older).
+        let mut names: Vec<&str> = network.interfaces.iter().map(|i| i.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec!["eth0", "p0"]);
         assert_eq!(count, Some(1));
         // The same pod known only by its sandbox pid: counted by its namespace.
-        let (network, count) = PodProcesses::Sandbox(Some(pod.0.id())).read(host, &mut by_netns);
+        let (network, count) =
+            PodProcesses::Sandbox(Some(pod.0.id())).read(ALL, host, &mut by_netns);
         assert_eq!(network.map(|n| n.default), Some(Some("eth0".to_string())));
         assert_eq!(count, Some(1));
     }
@@ -482,8 +565,14 @@ mod tests {
             tonic::Status::unknown("sandbox container is not in ready state"),
         );
         let me = std::process::id() as i32;
-        let pod_pids = |uid: &str| (uid == "u1").then(|| vec![me]);
-        let usage = sandbox_usage(&cri, &pod_pids).await.expect("usage");
+        let pod_pids = PodPids {
+            paths: [("u1".to_string(), "/kubepods/podu1".to_string())].into(),
+            read: std::sync::Arc::new(move |path| {
+                assert_eq!(path, "/kubepods/podu1");
+                vec![me]
+            }),
+        };
+        let usage = sandbox_usage(&cri, pod_pids).await.expect("usage");
         let count = |uid: &str| {
             usage
                 .iter()
