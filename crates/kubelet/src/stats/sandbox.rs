@@ -165,11 +165,13 @@ impl PodPids {
             read: std::sync::Arc::new(|_| Vec::new()),
         }
     }
+}
 
-    /// The processes of the pod `uid`, None when it has no cgroup. Blocking.
-    fn of(&self, uid: &str) -> Option<Vec<i32>> {
-        self.paths.get(uid).map(|p| (self.read)(p))
-    }
+/// Where a sandbox's processes are to be read: its pod's cgroup (a cgroupfs path), or the pid
+/// the runtime gave for a pod without one.
+enum Source {
+    Cgroup(String),
+    Sandbox(Option<u32>),
 }
 
 /// Where the fallback finds a pod's processes.
@@ -283,8 +285,8 @@ pub async fn sandbox_usage(
         }
     };
     let mut out = Vec::new();
-    // (index in out, what it lacks, the sandbox pid where the pod has no cgroup).
-    let mut fill: Vec<(usize, Want, Option<Option<u32>>)> = Vec::new();
+    // (index in out, what it lacks, where its processes are found).
+    let mut fill: Vec<(usize, Want, Source)> = Vec::new();
     for sb in sandboxes {
         let l = &sb.labels;
         let md = sb.metadata.as_ref();
@@ -325,12 +327,11 @@ pub async fn sandbox_usage(
                 network: network.is_none(),
                 count: process_count.is_none(),
             };
-            let sandbox_pid = if pod_pids.paths.contains_key(&pod.uid) {
-                None
-            } else {
-                Some(verbose_pid(cri, &sb.id).await)
+            let source = match pod_pids.paths.get(&pod.uid) {
+                Some(path) => Source::Cgroup(path.clone()),
+                None => Source::Sandbox(verbose_pid(cri, &sb.id).await),
             };
-            fill.push((out.len(), want, sandbox_pid));
+            fill.push((out.len(), want, source));
         }
         out.push(SandboxUsage {
             id: sb.id,
@@ -345,17 +346,15 @@ pub async fn sandbox_usage(
     }
     // The cgroup walks and /proc reads, off the async threads: at 100 pods on cgroup v1 that
     // is thousands of small reads.
-    let uids: Vec<String> = fill.iter().map(|(i, ..)| out[*i].pod.uid.clone()).collect();
     let read = tokio::task::spawn_blocking(move || {
         // The kubelet runs in the node's network namespace (as upstream requires).
         let host_netns = netns_inode(Path::new("/proc/self"));
         let mut by_netns: Option<HashMap<u64, u64>> = None;
         fill.into_iter()
-            .zip(uids)
-            .map(|((i, want, sandbox_pid), uid)| {
-                let procs = match sandbox_pid {
-                    Some(pid) => PodProcesses::Sandbox(pid),
-                    None => PodProcesses::Cgroup(pod_pids.of(&uid).unwrap_or_default()),
+            .map(|(i, want, source)| {
+                let procs = match source {
+                    Source::Cgroup(path) => PodProcesses::Cgroup((pod_pids.read)(&path)),
+                    Source::Sandbox(pid) => PodProcesses::Sandbox(pid),
                 };
                 (i, procs.read(want, host_netns, &mut by_netns))
             })
