@@ -672,3 +672,49 @@ async fn ephemeral_containers_join_the_target_and_never_restart() {
     assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
     assert_eq!(pod["status"]["phase"], "Running");
 }
+
+/// The test harness's kubectl-free reads (`ControlPlane::get_json`) ask for what kubectl would.
+#[test]
+fn rest_paths_of_kubectl_get() {
+    for (args, want) in [
+        (
+            &["pod", "web"][..],
+            Some("/api/v1/namespaces/default/pods/web"),
+        ),
+        (&["pods"], Some("/api/v1/namespaces/default/pods")),
+        (
+            &["-n", "kube-system", "pod", "m"],
+            Some("/api/v1/namespaces/kube-system/pods/m"),
+        ),
+        (
+            &["pod", "x", "-n", "links"],
+            Some("/api/v1/namespaces/links/pods/x"),
+        ),
+        (&["node", "n1"], Some("/api/v1/nodes/n1")),
+        (
+            &["lease", "-n", "kube-node-lease", "n1"],
+            Some("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"),
+        ),
+        (
+            &["csinode", "n1"],
+            Some("/apis/storage.k8s.io/v1/csinodes/n1"),
+        ),
+        (
+            &[
+                "events",
+                "-A",
+                "--field-selector",
+                "involvedObject.kind=Pod,involvedObject.name=a",
+            ],
+            Some(
+                "/api/v1/events?fieldSelector=involvedObject.kind%3DPod%2CinvolvedObject.name%3Da",
+            ),
+        ),
+        (&["pods", "-l", "app=x"], None),
+        (&["deployment", "d"], None),
+        (&["node", "n1", "-n", "x"], None),
+        (&["pod", "a", "b"], None),
+    ] {
+        assert_eq!(common::rest_path(args).as_deref(), want, "{args:?}");
+    }
+}
