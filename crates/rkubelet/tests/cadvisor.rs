@@ -287,8 +287,13 @@ impl Prometheus {
     fn start(dir: &Path, port: u16, kubelet: u16, cert: &Path, key: &Path) -> Prometheus {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
-        let mut cfg =
-            String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
+        // 1 s on a real machine. In the emulated guest (RK_TEST_PATIENCE) a debug kubelet's
+        // /metrics/cadvisor can take longer than 1 s under load; a scrape that times out marks
+        // its target down, and the test needs all four up at once.
+        let every = patience(Duration::from_secs(1)).as_secs();
+        let mut cfg = format!(
+            "global:\n  scrape_interval: {every}s\n  scrape_timeout: {every}s\nscrape_configs:\n"
+        );
         for (job, path) in [
             ("kubelet", "/metrics"),
             ("cadvisor", "/metrics/cadvisor"),
