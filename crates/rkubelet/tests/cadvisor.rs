@@ -330,15 +330,7 @@ impl Prometheus {
 
     /// An instant query's result vector (empty while Prometheus is not up yet).
     fn query(&self, q: &str) -> Vec<Json> {
-        let enc: String = q
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' | b'.' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
+        let enc = query_escape(q);
         let Ok((200, body)) = http_get(
             "127.0.0.1",
             self.port,

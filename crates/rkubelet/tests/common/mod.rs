@@ -1308,16 +1308,19 @@ pub fn rest_path(args: &[&str]) -> Option<String> {
         path += &format!("/{n}");
     }
     if let Some(sel) = selector {
-        let enc: String = sel
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        path += &format!("?fieldSelector={enc}");
+        path += &format!("?fieldSelector={}", query_escape(sel));
     }
     Some(path)
+}
+
+/// `s` as a URL query value: every byte but the unreserved ones percent-encoded.
+pub fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
