@@ -121,12 +121,41 @@ cmd_build() {
 # outgoing connection cannot take it between this check and the server's bind (it did: the
 # apiserver once failed with "address already in use"), and above the test Envs' ports
 # (10000 + 4 x index + slot, at most 11023).
+# free_port [TAKEN...]: also never one of TAKEN, the ports this start-up has already picked
+# (nothing listens on them yet: etcd once got the same port for its peer and client URLs).
 free_port() {
     local p
     while :; do
         p=$((12000 + RANDOM % 20000))
+        [[ " $* " == *" $p "* ]] && continue
         ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
     done
+}
+
+# start_etcd: etcd on two fresh ports, up and answering /health. A port can still be taken by
+# another control plane starting at the same moment, between free_port's check and etcd's
+# bind; etcd then exits at once, and is started again on other ports.
+start_etcd() {
+    local try i
+    for ((try = 1; try <= 3; try++)); do
+        etcd_port="$(free_port)" peer_port="$(free_port "$etcd_port")"
+        setsid etcd --name default --data-dir "$DIR/etcd" \
+            --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+            --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+            --initial-cluster "default=http://127.0.0.1:$peer_port" >"$DIR/log/etcd.log" 2>&1 </dev/null &
+        echo $! >"$DIR/etcd.pid"
+        for ((i = 0; i < 240; i++)); do
+            kill -0 "$(cat "$DIR/etcd.pid")" 2>/dev/null || break
+            curl -sf --max-time 5 "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1 && return
+            sleep 0.25
+        done
+        tail -n 5 "$DIR/log/etcd.log" >&2
+        kill "$(cat "$DIR/etcd.pid")" 2>/dev/null || true
+        wait "$(cat "$DIR/etcd.pid")" 2>/dev/null || true
+        rm -rf "$DIR/etcd"
+        echo "[control-plane.sh] etcd did not start (try $try of 3)" >&2
+    done
+    die "etcd did not start on 127.0.0.1 (log: $DIR/log/etcd.log)"
 }
 
 # sign NAME SUBJECT [EXT]: a key and a cert signed by the CA in $PKI.
@@ -188,12 +217,8 @@ cmd_up() {
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 
     local etcd_port peer_port api_port
-    etcd_port="$(free_port)" peer_port="$(free_port)" api_port="$(free_port)"
-    setsid etcd --name default --data-dir "$DIR/etcd" \
-        --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-        --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-        --initial-cluster "default=http://127.0.0.1:$peer_port" >"$DIR/log/etcd.log" 2>&1 </dev/null &
-    echo $! >"$DIR/etcd.pid"
+    start_etcd
+    api_port="$(free_port "$etcd_port" "$peer_port")"
     # ServiceAccount admission with BoundServiceAccountTokenVolume injects the kube-api-access-*
     # projected volume (TokenRequest token, kube-root-ca.crt, namespace) into pods, as clusters
     # do from 1.21 on; it needs no token controller. The controller-manager is not run, so the
