@@ -25,8 +25,16 @@ pub const API_SOURCE: &str = "api";
 
 /// The pod by UID, as the snapshots share it: a pod to run marked `config.source: api` once,
 /// here, rather than in a copy per snapshot.
+///
+/// `metadata.managedFields` is dropped: nothing in the kubelet reads it (status goes out as a
+/// patch of `status` alone, mirror pods are created and deleted whole), and it was the largest
+/// part of every pod kept: heaptrack at 100 API pods put about 1.1 MB of the 9.1 MB heap peak in
+/// its field sets' maps. Upstream keeps it (its informers store the object as listed); kube-rs
+/// recommends the same trim for reflector stores. The one visible difference: `/pods` on 10250
+/// lists the pods without it.
 fn keyed(mut pod: Pod) -> Option<(String, Arc<Pod>)> {
     let uid = pod.metadata.uid.clone()?;
+    pod.metadata.managed_fields = None;
     if !is_mirror(&pod) {
         pod.metadata
             .annotations
@@ -130,6 +138,57 @@ pub async fn run(
             .is_err()
         {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    use super::*;
+
+    fn pod(uid: Option<&str>, annotations: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                uid: uid.map(Into::into),
+                annotations: (!annotations.is_empty()).then(|| {
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                }),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("kubectl".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keyed_marks_the_source_and_drops_managed_fields() {
+        // (pod, expected uid, expected config.source annotation)
+        let mirror = [(MIRROR_ANNOTATION, "abc")];
+        let cases: [(Pod, Option<&str>, Option<&str>); 3] = [
+            (pod(Some("u1"), &[]), Some("u1"), Some(API_SOURCE)),
+            (pod(Some("u2"), &mirror), Some("u2"), None),
+            (pod(None, &[]), None, None),
+        ];
+        for (p, uid, source) in cases {
+            let got = keyed(p);
+            assert_eq!(got.as_ref().map(|(u, _)| u.as_str()), uid);
+            let Some((_, p)) = got else { continue };
+            assert_eq!(p.metadata.managed_fields, None);
+            let ann = p.metadata.annotations.as_ref();
+            assert_eq!(
+                ann.and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+                    .map(String::as_str),
+                source
+            );
         }
     }
 }
