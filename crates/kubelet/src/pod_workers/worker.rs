@@ -25,7 +25,7 @@ macro_rules! retry {
     ($cancel:expr, $step:expr) => {{
         let mut retry = crate::backoff::Exponential::new(TERMINATE_RETRY, ERROR_RETRY).retry();
         loop {
-            match $step.await {
+            match Box::pin($step).await {
                 Ok(()) => break !$cancel.is_cancelled(),
                 Err(e) => {
                     let delay = retry.next_delay();
@@ -57,6 +57,10 @@ pub(super) enum Work {
     },
 }
 
+/// Each [`PodSyncer`] operation is boxed while it runs. Unboxed, the task held the largest of
+/// them inline for the pod's whole life: about 11 KB per pod (heaptrack, 100 API pods), idle or
+/// not. Boxed, an idle worker keeps only its own state, and an operation's memory lives as
+/// long as the operation; one allocation per sync is nothing beside its CRI calls.
 pub(super) async fn run<S: PodSyncer>(
     syncer: Arc<S>,
     mut rx: watch::Receiver<Work>,
@@ -104,10 +108,10 @@ pub(super) async fn run<S: PodSyncer>(
             }
             Work::Sync(pod) if !done => {
                 let st = state.get_or_insert_with(|| syncer.new_state(&pod, after));
-                let out: SyncOutcome = syncer.sync_pod(st, &pod).await;
+                let out: SyncOutcome = Box::pin(syncer.sync_pod(st, &pod)).await;
                 if out.terminal {
                     info!("pod reached a terminal phase; stopping its sandbox");
-                    match syncer.sync_terminating_pod(st, &pod, None, None).await {
+                    match Box::pin(syncer.sync_terminating_pod(st, &pod, None, None)).await {
                         Ok(()) => done = true,
                         Err(e) => {
                             warn!(error = %e, "failed to stop terminal pod; will retry");
