@@ -79,8 +79,11 @@ async fn pod_stats_from_the_pod_cgroup_system_containers_and_cadvisor_series() {
     cgroupfs::move_into(&runtime_cg, containerd_pid);
 
     // The hog's memory is in place once its working set passes 6 MB; the kubelet and the
-    // runtime have used CPU in their new cgroups.
-    let s: Json = wait_until(Duration::from_secs(30), "the hog's memory", || {
+    // runtime have used CPU and memory in their new cgroups. Memory waits too: on cgroup v2 a
+    // moved process's pages stay charged where they were, so the new cgroup's memory.current
+    // is 0 until the process faults in new pages (an idle containerd, in the v2 guest, once
+    // not within the first read).
+    let s: Json = wait_until(Duration::from_secs(60), "the hog's memory", || {
         let s: Json = serde_json::from_str(&get(&env, "/stats/summary")).unwrap();
         let p = s["pods"]
             .as_array()?
@@ -92,8 +95,11 @@ async fn pod_stats_from_the_pod_cgroup_system_containers_and_cadvisor_series() {
             .find(|c| c["name"] == "hog")?;
         let sys = s["node"]["systemContainers"].as_array()?;
         let busy = ["kubelet", "runtime"].iter().all(|n| {
-            sys.iter()
-                .any(|c| c["name"] == *n && c["cpu"]["usageCoreNanoSeconds"].as_u64() > Some(0))
+            sys.iter().any(|c| {
+                c["name"] == *n
+                    && c["cpu"]["usageCoreNanoSeconds"].as_u64() > Some(0)
+                    && c["memory"]["workingSetBytes"].as_u64() > Some(0)
+            })
         });
         (busy && hog["memory"]["workingSetBytes"].as_u64()? > 6_000_000).then(|| s.clone())
     });
