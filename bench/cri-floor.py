@@ -16,8 +16,11 @@ RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer, StartContainer).
 """
 import datetime, json, os, re, ssl, subprocess, sys, threading, time, http.client, urllib.request
 import cri_calls  # bench/cri_calls.py, beside this script
+import cpu_use  # bench/cpu_use.py
 
 IMAGE = "rkubelet.local/busybox:1.35"
+# The kubelet's pid, for its share of the CPU (bench/cri-floor.sh exports it).
+KUBELET_PID = os.environ.get("RKUBELET_PID")
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 
 
@@ -102,12 +105,14 @@ def wait_empty(sock, done, n):
     return None
 
 
-def record(results, kind, n, sent, running, started, t_all, gone):
+def record(results, kind, n, sent, running, started, t_all, gone, cpu=None, api=None):
     wall = time.time() - time.monotonic()
     run = [running[k] - sent[k] for k in running if k in sent]
     st = [started[k] - (sent[k] + wall) for k in started if k in sent]
     row = dict(kind=kind, n=n, p50=pct(run, 50), p99=pct(run, 99), all=t_all,
                s50=pct(st, 50), s99=pct(st, 99), sall=max(st) if len(st) >= n else None, gone=gone)
+    if cpu:
+        row.update(cpu_use.totals(*cpu))
     f = lambda x: "   -   " if x is None else f"{x:6.2f} s"
     print(f"=== rkubelet, {kind} pods: N = {n} ===" if kind != "standalone"
           else f"=== rkubelet standalone (no API server), static pods: N = {n} ===")
@@ -115,6 +120,10 @@ def record(results, kind, n, sent, running, started, t_all, gone):
     print(f"  submit -> Running+Ready      p50 {f(row['p50'])}   p99 {f(row['p99'])}   all {f(t_all)}"
           + ("" if len(run) >= n else f"  (only {len(run)} of {n})"))
     print(f"  delete -> no containers left {f(gone)}")
+    if cpu:
+        print("  " + cpu_use.line(*cpu))
+    if api and (text := cpu_use.api_line(*api, n)):
+        print("  " + text)
     with open(results, "a") as out:
         out.write(json.dumps(row) + "\n")
 
@@ -130,6 +139,7 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
     os.makedirs(staging, exist_ok=True)
     names = [f"st-{i:03d}" for i in range(n)]
     sent, running = {}, {}
+    api0, cpu0 = cpu_use.api_requests(), cpu_use.reading(KUBELET_PID)
     t0, wall0 = time.monotonic(), time.time() - 0.5
     for name in names:
         tmp = os.path.join(staging, name + ".yaml")
@@ -156,6 +166,7 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
                 running[nm] = now
         time.sleep(0.05)
     t_all = max(running.values()) - t0 if len(running) >= n else None
+    cpu1, api1 = cpu_use.reading(KUBELET_PID), cpu_use.api_requests()
     cri1 = cri_counts()
     started = started_from_log(klog, "st", wall0)
     stages1 = stage_totals(port)
@@ -167,7 +178,7 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
         except OSError:
             return False
     gone = wait_empty(sock, empty, n)
-    record(results, kind, n, sent, running, started, t_all, gone)
+    record(results, kind, n, sent, running, started, t_all, gone, (cpu0, cpu1), (api0, api1))
     print_stages(stages0, stages1)
     print_cri(cri0, cri1, n)
 
@@ -210,6 +221,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     cri0 = cri_counts()
     names = [f"ap-{i:03d}" for i in range(n)]
     sent = {}
+    api0, cpu0 = cpu_use.api_requests(), cpu_use.reading(KUBELET_PID)
     t0, wall0 = time.monotonic(), time.time() - 0.5
     for name in names:
         sent[name] = time.monotonic()
@@ -228,6 +240,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     with lock:
         run = dict(running)
     t_all = max(run.values()) - t0 if len(run) >= n else None
+    cpu1, api1 = cpu_use.reading(KUBELET_PID), cpu_use.api_requests()
     cri1 = cri_counts()
     started = started_from_log(klog, "ap", wall0)
     stages1 = stage_totals(ro_port)
@@ -237,7 +250,7 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
         with lock:
             return len(deleted) >= n
     gone = wait_empty(sock, all_deleted, n)
-    record(results, "API", n, sent, run, started, t_all, gone)
+    record(results, "API", n, sent, run, started, t_all, gone, (cpu0, cpu1), (api0, api1))
     print_stages(stages0, stages1)
     print_cri(cri0, cri1, n)
 
@@ -262,7 +275,8 @@ def summary(results):
     rows = []
     for (n, kind), rs in groups.items():
         row = {"n": n, "kind": kind, "rounds": len(rs)}
-        for k in ("p50", "p99", "all", "s50", "s99", "sall", "gone"):
+        for k in ("p50", "p99", "all", "s50", "s99", "sall", "gone",
+                  "busy", "cpu_rk", "cpu_runtime", "cpu_api", "cpu_rest"):
             row[k] = median([r.get(k) for r in rs])
         rows.append(row)
     floor = {r["n"]: r for r in rows if r["kind"] == "floor"}
@@ -288,6 +302,15 @@ def summary(results):
               f"        {ratio(r['p50'], fl.get('p50'))} {ratio(r['p99'], fl.get('p99'))} {ratio(r['all'], fl.get('all'))} |"
               f"                 {ratio(r['s50'], fc.get('p50'))} {ratio(r['sall'], fc.get('all'))} |"
               f" {f(r['gone'])}")
+    print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
+          " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
+          " the floor's own client)")
+    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  rest")
+    for r in rows:
+        if r.get("busy") is None:
+            continue
+        print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(r['busy'])} |    {f(r.get('cpu_rk') or 0.0)}"
+              f"             {f(r['cpu_runtime'])}           {f(r.get('cpu_api') or 0.0)}  {f(r['cpu_rest'])}")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ EOF
     log "N=$n: standalone rkubelet pid $CUR_PID, log $logf.standalone"
     sleep 1
     for ((r = 1; r <= ROUNDS; r++)); do
-        python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf.standalone" "$RESULTS" standalone
+        RKUBELET_PID=$CUR_PID python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf.standalone" "$RESULTS" standalone
     done
     stop_rkubelet
 
@@ -128,8 +128,8 @@ EOF
     log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
     sleep 1
     for ((r = 1; r <= ROUNDS; r++)); do
-        python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
-        python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
+        RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
+        RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
     done
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup

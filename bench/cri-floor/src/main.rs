@@ -319,6 +319,64 @@ async fn stop_pod(
     Ok(())
 }
 
+/// CPU seconds so far: the machine's busy time (user, nice, system, irq, softirq of /proc/stat)
+/// and containerd's with its shims (the processes named so), as `bench/cpu_use.py` reads them
+/// for the kubelet's phases, so the floor's line compares with theirs.
+#[derive(Clone, Copy, Default)]
+struct CpuReading {
+    busy: f64,
+    runtime: f64,
+}
+
+fn clock_ticks() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    }
+}
+
+fn cpu_reading() -> CpuReading {
+    let tick = clock_ticks();
+    let mut out = CpuReading::default();
+    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+        let f: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        out.busy = [0, 1, 2, 5, 6]
+            .iter()
+            .filter_map(|&i| f.get(i))
+            .sum::<u64>() as f64
+            / tick;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(s) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (s.find('('), s.rfind(')')) else {
+            continue;
+        };
+        let comm = &s[open + 1..close];
+        if comm != "containerd" && !comm.starts_with("containerd-shim") {
+            continue;
+        }
+        let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| f.get(i).and_then(|x| x.parse::<u64>().ok()))
+            .sum();
+        out.runtime += ticks as f64 / tick;
+    }
+    out
+}
+
 /// Nearest-rank percentile of durations in seconds, as the shell benchmarks compute it.
 fn pct(xs: &[f64], q: usize) -> f64 {
     let mut s = xs.to_vec();
@@ -337,6 +395,7 @@ async fn main() -> Result<()> {
 
     let pod_cgroups = a.pod_cgroups.as_deref().map(PodCgroups::new).transpose()?;
 
+    let cpu0 = cpu_reading();
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..a.pods)
         .map(|i| {
@@ -362,6 +421,8 @@ async fn main() -> Result<()> {
         }
     }
     let all = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_reading();
+    let (busy, runtime) = (cpu1.busy - cpu0.busy, cpu1.runtime - cpu0.runtime);
     let secs = |f: fn(&Timing) -> Duration| -> Vec<f64> {
         timings.iter().map(|(_, t)| f(t).as_secs_f64()).collect()
     };
@@ -404,6 +465,12 @@ async fn main() -> Result<()> {
         a.pods
     );
     println!("  start -> running   p50 {p50:6.2} s   p99 {p99:6.2} s   all {all:6.2} s");
+    // A shim that started in the window counts from zero; one that exited in it (none do
+    // before teardown) would be missed.
+    println!(
+        "  CPU s, start -> all running: machine busy {busy:.2}: containerd+shims {runtime:.2}, rest (runc, CNI, this floor, ...) {:.2}",
+        busy - runtime
+    );
     let mut stages = vec![("sandbox+CNI", secs(|t| t.sandbox))];
     if pod_cgroups.is_some() {
         stages.insert(0, ("pod cgroup", secs(|t| t.cgroup)));
@@ -429,7 +496,8 @@ async fn main() -> Result<()> {
         use std::io::Write;
         let line = serde_json::json!({
             "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
-            "cgroups": pod_cgroups.is_some(),
+            "cgroups": pod_cgroups.is_some(), "busy": busy, "cpu_runtime": runtime,
+            "cpu_rest": busy - runtime,
         });
         let mut f = std::fs::OpenOptions::new()
             .create(true)
