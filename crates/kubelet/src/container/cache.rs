@@ -21,7 +21,24 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::types::PodRuntimeStatus;
+use super::types::{PodRuntimeStatus, SandboxStatus};
+
+/// What a worker knows of a pod it has just started from nothing (the runtime had no sandbox and
+/// no container of it): the sandbox it ran, read when RunPodSandbox returned, and the containers
+/// it created. PLEG then reads only those containers instead of the whole pod (see
+/// [`RuntimeCache::fresh_after_start`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub sandbox: SandboxStatus,
+    pub containers: Vec<String>,
+}
+
+/// A worker's request that PLEG read its pod now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refresh {
+    pub uid: String,
+    pub started: Option<Started>,
+}
 
 /// A cached read: the status (or why it could not be read) and when the read started.
 #[derive(Debug, Clone)]
@@ -79,11 +96,11 @@ impl CacheView {
 pub struct RuntimeCache {
     shared: Arc<RwLock<Shared>>,
     version: watch::Receiver<u64>,
-    refresh: mpsc::UnboundedSender<String>,
+    refresh: mpsc::UnboundedSender<Refresh>,
 }
 
 /// Makes an empty cache: the writer, the refresh requests it must serve, and a reader.
-pub fn new() -> (CacheWriter, mpsc::UnboundedReceiver<String>, RuntimeCache) {
+pub fn new() -> (CacheWriter, mpsc::UnboundedReceiver<Refresh>, RuntimeCache) {
     let shared = Arc::new(RwLock::new(Shared::default()));
     let (version, rx) = watch::channel(0);
     let (refresh, requests) = mpsc::unbounded_channel();
@@ -243,9 +260,35 @@ impl RuntimeCache {
         uid: &str,
         min: Option<Instant>,
     ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
+        self.refresh_with(uid, min, None).await
+    }
+
+    /// [`Self::fresh`] after a worker started a pod from nothing: PLEG reads only the containers
+    /// the worker created (one ContainerStatus each) and takes the sandbox as the worker read it,
+    /// instead of the whole pod (ListPodSandbox, PodSandboxStatus, ListContainers and every
+    /// ContainerStatus). Upstream reads the whole pod at the next relist. What changed since
+    /// (the sandbox died meanwhile) differs from the relist's listing, which then reads the pod.
+    pub async fn fresh_after_start(
+        &self,
+        uid: &str,
+        min: Option<Instant>,
+        started: Started,
+    ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
+        self.refresh_with(uid, min, Some(started)).await
+    }
+
+    async fn refresh_with(
+        &self,
+        uid: &str,
+        min: Option<Instant>,
+        started: Option<Started>,
+    ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
         if self.newer(uid, min).is_none() {
             self.refresh
-                .send(uid.to_string())
+                .send(Refresh {
+                    uid: uid.to_string(),
+                    started,
+                })
                 .map_err(|_| CacheError::Closed)?;
         }
         self.get_newer_than(uid, min).await
@@ -351,13 +394,39 @@ mod tests {
             async move { r.fresh("a", Some(min)).await }
         });
         let asked = req.recv().await.expect("a refresh request");
-        assert_eq!(asked, "a");
+        assert_eq!(
+            asked,
+            Refresh {
+                uid: "a".into(),
+                started: None
+            }
+        );
         w.set("a", Ok(status(2)), Instant::now());
         let got = reader.await.unwrap().unwrap();
         assert_eq!(got.containers.len(), 2);
         // Fresh enough already: no request.
         r.fresh("a", Some(min)).await.unwrap();
         assert!(req.try_recv().is_err());
+        // After a start from nothing the request carries what was started.
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let started = Started {
+            sandbox: SandboxStatus {
+                id: "sb".into(),
+                ready: true,
+                ..Default::default()
+            },
+            containers: vec!["c1".into()],
+        };
+        let reader = tokio::spawn({
+            let (r, started) = (r.clone(), started.clone());
+            let min = Instant::now();
+            async move { r.fresh_after_start("a", Some(min), started).await }
+        });
+        let asked = req.recv().await.expect("a refresh request");
+        assert_eq!(asked.started, Some(started));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        w.set("a", Ok(status(1)), Instant::now());
+        assert_eq!(reader.await.unwrap().unwrap().containers.len(), 1);
         drop(w);
         let closed = r.get_newer_than("z", Some(Instant::now())).await;
         assert!(matches!(closed, Err(CacheError::Closed)));

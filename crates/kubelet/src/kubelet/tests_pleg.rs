@@ -285,3 +285,82 @@ async fn a_pod_its_worker_is_changing_is_left_to_the_worker() {
     assert!(running(&h.fake, "p", "app"));
     h.stop().await;
 }
+
+/// The calls about pod `p` (uid `uid-p`, containers named in `containers`) made after the
+/// `nth` (from 0) call `op` of `key`, in the fake's order (paused time gives many calls one
+/// instant).
+fn pod_calls_after(
+    f: &FakeRuntime,
+    (op, key, nth): (&str, &str, usize),
+    containers: &[&str],
+) -> Vec<String> {
+    let calls = f.calls();
+    let from = calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.op == op && c.key == key)
+        .nth(nth)
+        .map(|(i, _)| i + 1)
+        .expect("the call to start after");
+    calls[from..]
+        .iter()
+        .filter(|c| c.detail == "uid-p" || c.key == "p" || containers.contains(&c.key.as_str()))
+        .map(|c| format!("{} {}", c.op, c.key))
+        .collect()
+}
+
+/// A pod started from nothing is read as what its worker started: one ContainerStatus per
+/// container, with the sandbox as RunPodSandbox's status read gave it, where a whole read adds
+/// ListPodSandbox, PodSandboxStatus and ListContainers (upstream reads the whole pod at the next
+/// relist). The relists after it find the pod as read and read it no more; the read showed the
+/// containers running, so nothing was started twice.
+#[tokio::test(start_paused = true)]
+async fn a_pod_started_from_nothing_is_read_as_started() {
+    let h = Harness::start().await;
+    h.run_app(pod("p", "uid-p", vec![container("app"), container("side")]))
+        .await;
+    h.until("side running", Duration::from_secs(10), |f| {
+        running(f, "p", "side")
+    })
+    .await;
+    let n = relists(&h.fake).len();
+    h.until("three relists", Duration::from_secs(10), |f| {
+        relists(f).len() >= n + 3
+    })
+    .await;
+    // Regular containers start in their spec's order.
+    let mut after = pod_calls_after(&h.fake, ("start_container", "side", 0), &["app", "side"]);
+    after.sort();
+    assert_eq!(
+        after,
+        ["container_status app", "container_status side"],
+        "calls about the pod after its starts"
+    );
+    assert_eq!(h.calls("start_container", "app").len(), 1);
+    assert_eq!(h.calls("start_container", "side").len(), 1);
+    h.stop().await;
+}
+
+/// A start that failed may have left a container the worker has no ID of: the worker's read
+/// after it is a whole read of the pod, and the next sync starts the container.
+#[tokio::test(start_paused = true)]
+async fn a_failed_start_is_followed_by_a_whole_read() {
+    let h = Harness::start().await;
+    h.fake.fail_next(
+        "start_container",
+        "app",
+        tonic::Status::internal("injected start failure"),
+    );
+    h.run_app(pod("p", "uid-p", vec![container("app")])).await;
+    let starts = h.calls("start_container", "app");
+    assert_eq!(starts.len(), 2, "one failed start, then one that ran");
+    let between: Vec<String> = pod_calls_after(&h.fake, ("start_container", "app", 0), &["app"])
+        .into_iter()
+        .take_while(|c| c != "start_container app")
+        .collect();
+    assert!(
+        between.iter().any(|c| c == "list_pod_sandbox "),
+        "a whole read of the pod after the failed start: {between:?}"
+    );
+    h.stop().await;
+}

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::container::cache::{self, CacheWriter, RuntimeCache};
+use crate::container::cache::{self, CacheWriter, Refresh, RuntimeCache, Started};
 use crate::health::Health;
 use crate::runtime::manager::{RuntimePodRef, RuntimeSnapshotEntry};
 use crate::runtime::{ContainerState, PodRuntimeStatus, RuntimeError, RuntimeManager};
@@ -174,7 +174,7 @@ pub struct Pleg {
     events: mpsc::Sender<PodLifecycleEvent>,
     pods: watch::Sender<Arc<RuntimePods>>,
     cache: CacheWriter,
-    refresh: mpsc::UnboundedReceiver<String>,
+    refresh: mpsc::UnboundedReceiver<Refresh>,
     health: Arc<Health>,
     /// What PLEG has reported (sent events for) per pod: the last relist's view, or a newer read
     /// made for a runtime event.
@@ -245,8 +245,10 @@ impl Pleg {
         let mut reads: FuturesUnordered<Read> = FuturesUnordered::new();
         // Reads under way, by pod, and pods asked for again meanwhile: a read that started before
         // the request cannot show what the asker just did, so it is read once more afterwards.
+        // A pod waiting in `again` keeps what its worker started when every request for it said
+        // (see `RuntimeCache::fresh_after_start`); one request without it makes it a whole read.
         let mut reading: HashSet<String> = HashSet::new();
-        let mut again: HashSet<String> = HashSet::new();
+        let mut again: HashMap<String, Option<Started>> = HashMap::new();
         // Reads for runtime events; the hints that came for a pod while one was under way wait
         // here (the newest per pod), as a read that started before an event may not show it.
         let mut hinted: FuturesUnordered<HintFuture> = FuturesUnordered::new();
@@ -281,14 +283,23 @@ impl Pleg {
                         return;
                     }
                 }
-                Some(uid) = self.refresh.recv() => {
-                    if reading.contains(&uid) {
-                        again.insert(uid);
-                    } else if reading.len() < READ_PARALLELISM {
-                        reading.insert(uid.clone());
-                        reads.push(self.read(uid));
+                Some(Refresh { uid, started }) = self.refresh.recv() => {
+                    if reading.contains(&uid) || reading.len() >= READ_PARALLELISM {
+                        match again.get_mut(&uid) {
+                            Some(waiting) => {
+                                if waiting.is_some() && started.is_some() {
+                                    *waiting = started;
+                                } else {
+                                    *waiting = None;
+                                }
+                            }
+                            None => {
+                                again.insert(uid, started);
+                            }
+                        }
                     } else {
-                        again.insert(uid);
+                        reading.insert(uid.clone());
+                        reads.push(self.read(uid, started));
                     }
                 }
                 hint = async {
@@ -368,25 +379,34 @@ impl Pleg {
                     }
                     // Start what waited: this pod again, or pods queued while reads were full.
                     let next: Vec<String> = again
-                        .iter()
+                        .keys()
                         .filter(|u| !reading.contains(*u))
                         .take(READ_PARALLELISM - reading.len())
                         .cloned()
                         .collect();
                     for u in next {
-                        again.remove(&u);
+                        let started = again.remove(&u).flatten();
                         reading.insert(u.clone());
-                        reads.push(self.read(u));
+                        reads.push(self.read(u, started));
                     }
                 }
             }
         }
     }
 
-    fn read(&self, uid: String) -> Read {
+    /// A read of one pod for its worker: only the containers it started when it says what it
+    /// started from nothing, else (or when one of them is gone) the whole pod.
+    fn read(&self, uid: String, started: Option<Started>) -> Read {
         let runtime = self.runtime.clone();
         Box::pin(async move {
             let at = Instant::now();
+            if let Some(started) = &started {
+                match runtime.started_pod_status(started).await {
+                    Ok(Some(status)) => return (uid, at, Ok(status)),
+                    Ok(None) => {}
+                    Err(e) => return (uid, at, Err(e.to_string())),
+                }
+            }
             let res = runtime.pod_status(&uid).await.map_err(|e| e.to_string());
             (uid, at, res)
         })

@@ -12,7 +12,7 @@ use rkubelet_cri::{api, CriClient, CriError};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
+use super::{labels, sandbox, ContainerState, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
 use crate::logs::{termination, ContainerLog, LogHandle, LogsToClean};
 use crate::podutil;
@@ -216,24 +216,7 @@ impl RuntimeManager {
                 Err(e) => return Err(cri(format!("status of sandbox {}", sb.id))(e)),
             };
             let Some(st) = st else { continue };
-            let net = st.network.as_ref();
-            let host_network = st
-                .linux
-                .as_ref()
-                .and_then(|l| l.namespaces.as_ref())
-                .and_then(|n| n.options.as_ref())
-                .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
-            out.sandboxes.push(SandboxStatus {
-                id: st.id,
-                attempt: st.metadata.map(|m| m.attempt).unwrap_or(0),
-                ready: st.state == api::PodSandboxState::SandboxReady as i32,
-                ip: net.map(|n| n.ip.clone()).unwrap_or_default(),
-                additional_ips: net
-                    .map(|n| n.additional_ips.iter().map(|i| i.ip.clone()).collect())
-                    .unwrap_or_default(),
-                created_at: st.created_at,
-                host_network,
-            });
+            out.sandboxes.push(super::status::sandbox(st));
         }
         out.sandboxes
             .sort_by_key(|s| std::cmp::Reverse(s.created_at));
@@ -263,41 +246,7 @@ impl RuntimeManager {
                 Err(e) => return Err(cri(format!("status of container {}", c.id))(e)),
             };
             let Some(st) = st else { continue };
-            let ann = &st.annotations;
-            let mut message = st.message.clone();
-            if st.state == api::ContainerState::ContainerExited as i32 {
-                message = termination::append(&message, &termination::message(&st).await);
-            }
-            out.containers.push(ContainerStatus {
-                id: st.id.clone(),
-                name: st
-                    .metadata
-                    .as_ref()
-                    .map(|m| m.name.clone())
-                    .unwrap_or_default(),
-                state: ContainerState::from(st.state),
-                created_at: st.created_at,
-                started_at: st.started_at,
-                finished_at: st.finished_at,
-                exit_code: st.exit_code,
-                reason: st.reason.clone(),
-                message,
-                hash: ann.get(labels::CONTAINER_HASH).cloned().unwrap_or_default(),
-                restart_count: ann
-                    .get(labels::CONTAINER_RESTART_COUNT)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0),
-                image: st
-                    .image
-                    .as_ref()
-                    .map(|i| i.image.clone())
-                    .unwrap_or_default(),
-                image_ref: st.image_ref.clone(),
-                is_init: ann.get(labels::CONTAINER_TYPE).is_some_and(|t| t == "init"),
-                foreign: ann.get(labels::CREATED_BY).map(String::as_str)
-                    != Some(labels::CREATED_BY_RKUBELET),
-                log_path: st.log_path.clone(),
-            });
+            out.containers.push(super::status::container(st).await);
         }
         out.containers
             .sort_by_key(|c| std::cmp::Reverse(c.created_at));
@@ -305,13 +254,14 @@ impl RuntimeManager {
     }
 
     /// Creates the pod's sandbox with the CRI `runtime_handler` (from its RuntimeClass, see
-    /// [`super::runtime_class`]) and returns its ID and IP (upstream `createPodSandbox`).
+    /// [`super::runtime_class`]) and returns its ID and its status as read right after (upstream
+    /// `createPodSandbox`, then `PodSandboxStatus` for the IP); no status when that read failed.
     pub async fn run_sandbox(
         &self,
         pod: &Pod,
         attempt: u32,
         runtime_handler: String,
-    ) -> Result<(String, String), RuntimeError> {
+    ) -> Result<(String, Option<SandboxStatus>), RuntimeError> {
         let config = self
             .sandbox_config(pod, attempt)
             .map_err(|what| RuntimeError::Config { what })?;
@@ -330,7 +280,7 @@ impl RuntimeManager {
             .await
             .map_err(cri("RunPodSandbox"))?
             .pod_sandbox_id;
-        let ip = self
+        let status = self
             .cri
             .pod_sandbox_status(api::PodSandboxStatusRequest {
                 pod_sandbox_id: id.clone(),
@@ -339,10 +289,42 @@ impl RuntimeManager {
             .await
             .ok()
             .and_then(|r| r.status)
-            .and_then(|s| s.network)
-            .map(|n| n.ip)
-            .unwrap_or_default();
-        Ok((id, ip))
+            .map(super::status::sandbox);
+        Ok((id, status))
+    }
+
+    /// The status of a pod the kubelet has just started from nothing: `started`'s sandbox as read
+    /// when it was made, and each of its containers read now (one ContainerStatus each, where
+    /// [`Self::pod_status`] makes two listings and a sandbox read besides). None when a container
+    /// is not found: something else changed the pod, and only a whole read can tell.
+    pub async fn started_pod_status(
+        &self,
+        started: &crate::container::cache::Started,
+    ) -> Result<Option<PodRuntimeStatus>, RuntimeError> {
+        let statuses = join_all(started.containers.iter().map(|id| {
+            self.cri.container_status(api::ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: false,
+            })
+        }))
+        .await;
+        let mut out = PodRuntimeStatus {
+            sandboxes: vec![started.sandbox.clone()],
+            containers: Vec::with_capacity(statuses.len()),
+        };
+        for (id, st) in started.containers.iter().zip(statuses) {
+            match st {
+                Ok(r) => match r.status {
+                    Some(st) => out.containers.push(super::status::container(st).await),
+                    None => return Ok(None),
+                },
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(cri(format!("status of container {id}"))(e)),
+            }
+        }
+        out.containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(Some(out))
     }
 
     /// CreateContainer + StartContainer (upstream `startContainer`, without hooks yet). Returns the

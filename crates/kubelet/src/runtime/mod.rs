@@ -12,6 +12,7 @@ pub mod manager;
 pub mod runtime_class;
 pub mod sandbox;
 pub mod security;
+mod status;
 
 pub use actions::{compute_pod_actions, PodActions};
 pub use gc_manager::{ContainerGc, ContainerGcError, ContainerGcHandle, StatesRequest};

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
+use crate::container::cache::Started;
 use crate::events::{self, EventType, Recorder};
 use crate::images::ImageManager;
 use crate::objects::ObjectSource;
@@ -379,14 +380,23 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         }
     }
     let acting = ctx.runtime.acting.mark(podutil::uid(pod));
-    let (retry, acted) = execute(ctx, state, pod, &rt).await;
+    let Executed {
+        retry,
+        acted,
+        started,
+    } = execute(ctx, state, pod, &rt).await;
     // Show the result of what was just done without waiting for the next relist. A sync that
     // changed nothing (a periodic resync, most PLEG events) has published its status above:
-    // reading the pod again cost 5 CRI calls per pod per resync for the same status.
+    // reading the pod again cost 5 CRI calls per pod per resync for the same status. A pod
+    // started from nothing is read as what was started: 1 call per container instead of 4.
     if acted {
         let acted = tokio::time::Instant::now();
         state.last_sync = Some(acted);
-        let read = ctx.cache.fresh(podutil::uid(pod), Some(acted)).await;
+        let uid = podutil::uid(pod);
+        let read = match started {
+            Some(started) => ctx.cache.fresh_after_start(uid, Some(acted), started).await,
+            None => ctx.cache.fresh(uid, Some(acted)).await,
+        };
         // The mark holds until the worker's own read is in: PLEG's queue of reads is long
         // while many pods change at once, and a relist meanwhile read the pod once more.
         drop(acting);
@@ -528,14 +538,23 @@ fn grace(pod: &Pod) -> Duration {
     Duration::from_secs(podutil::grace_period_seconds(pod).max(0) as u64)
 }
 
-/// Carries out `compute_pod_actions`; returns when to retry, if anything failed or waits, and
-/// whether there was anything to do in the runtime (else the pod needs no new read).
+/// What [`execute`] did: when to sync again, whether it changed anything, and, for a pod it
+/// started from nothing with every step succeeding, what it started (see [`Started`]).
+struct Executed {
+    retry: Option<Duration>,
+    acted: bool,
+    started: Option<Started>,
+}
+
+/// Carries out `compute_pod_actions`; returns when to retry, if anything failed or waits,
+/// whether there was anything to do in the runtime (else the pod needs no new read), and what
+/// it started when the runtime had nothing of the pod before.
 async fn execute(
     ctx: &SyncContext,
     state: &mut PodState,
     pod: &Arc<Pod>,
     rt: &PodRuntimeStatus,
-) -> (Option<Duration>, bool) {
+) -> Executed {
     let who = podutil::describe(pod);
     // Containers another kubelet created (before a swap to rkubelet) are judged by their image,
     // not by a hash rkubelet cannot reproduce.
@@ -543,6 +562,15 @@ async fn execute(
     let probes = ctx.probes.borrow().clone();
     let actions = compute_pod_actions(pod, rt, &probes);
     let acted = !actions.is_noop();
+    let done = |retry| Executed {
+        retry,
+        acted,
+        started: None,
+    };
+    // The runtime had nothing of the pod: what this sync starts is all it will have.
+    let from_nothing = rt.sandboxes.is_empty() && rt.containers.is_empty();
+    let mut started: Option<Started> = None;
+    let mut all_started = true;
     let mut retry: Option<Duration> = None;
     let mut want_retry = |d: Duration| retry = Some(retry.map_or(d, |r: Duration| r.min(d)));
 
@@ -571,10 +599,10 @@ async fn execute(
                 events::FAILED_TO_KILL_POD,
                 format!("error killing pod: {e}"),
             );
-            return (Some(ERROR_RETRY), acted);
+            return done(Some(ERROR_RETRY));
         }
         if !actions.create_sandbox {
-            return (None, acted);
+            return done(None);
         }
     }
     for k in &actions.containers_to_kill {
@@ -609,7 +637,14 @@ async fn execute(
             Err(e) => Err(e),
         };
         match sandbox {
-            Ok((id, ip)) => {
+            Ok((id, status)) => {
+                let ip = status.as_ref().map(|s| s.ip.clone()).unwrap_or_default();
+                if from_nothing {
+                    started = status.map(|sandbox| Started {
+                        sandbox,
+                        containers: Vec::new(),
+                    });
+                }
                 crate::metrics::get().started_pods.inc();
                 ctx.timeline.mark(pod, Mark::SandboxCreated);
                 info!(pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
@@ -629,7 +664,7 @@ async fn execute(
                     events::FAILED_CREATE_POD_SANDBOX,
                     format!("Failed to create pod sandbox: {e}"),
                 );
-                return (Some(ERROR_RETRY), acted);
+                return done(Some(ERROR_RETRY));
             }
         }
     } else {
@@ -730,8 +765,13 @@ async fn execute(
                     .inc();
                 state.reasons.remove(&c.name);
                 info!(pod = %who, container = %c.name, id = %id, restart_count, "started container");
+                if let Some(s) = started.as_mut() {
+                    s.containers.push(id);
+                }
             }
             Err(e) => {
+                // It may have left a created container behind: only a whole read shows it.
+                all_started = false;
                 if e.reason != Reason::CrashLoopBackOff && e.reason != Reason::ImagePullBackOff {
                     warn!(pod = %who, container = %c.name, reason = e.reason.as_str(), message = %e.message, "container failed to start");
                 }
@@ -765,7 +805,11 @@ async fn execute(
     let now = crate::clock::now();
     state.crash_backoff.gc(now);
     state.image_backoff.gc(now);
-    (retry, acted)
+    Executed {
+        retry,
+        acted,
+        started: started.filter(|_| all_started && actions.interrupted_to_remove.is_empty()),
+    }
 }
 
 /// Upstream's events for a container that did not start: `BackOff` while crash-looping, else
