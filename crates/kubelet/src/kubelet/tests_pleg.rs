@@ -364,3 +364,30 @@ async fn a_failed_start_is_followed_by_a_whole_read() {
     );
     h.stop().await;
 }
+
+/// The log rotation knows a container's log path from its start (the path rkubelet gave the
+/// runtime), so its rounds ask the runtime nothing per container: after two rounds (10 s
+/// apart), `app`'s only ContainerStatus is its worker's read after the start.
+#[tokio::test(start_paused = true)]
+async fn log_rotation_asks_no_status_of_a_container_it_saw_start() {
+    let h = Harness::start().await;
+    h.run_app(pod("p", "uid-p", vec![container("app")])).await;
+    let rounds = |f: &FakeRuntime| {
+        f.calls()
+            .iter()
+            .filter(|c| c.op == "list_containers" && c.detail.is_empty())
+            .count()
+    };
+    let n = rounds(&h.fake);
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    // Relists list containers too; 25 s has two rotation rounds among them.
+    assert!(rounds(&h.fake) >= n + 2);
+    assert_eq!(
+        h.calls("container_status", "app").len(),
+        1,
+        "ContainerStatus calls of app: {:#?}",
+        h.calls("container_status", "app")
+    );
+    assert!(running(&h.fake, "p", "app"));
+    h.stop().await;
+}

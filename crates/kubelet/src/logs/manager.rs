@@ -57,6 +57,8 @@ enum Command {
         logs: LogsToClean,
         done: oneshot::Sender<Result<(), LogsError>>,
     },
+    /// A container the kubelet just started, with the log path it gave the runtime.
+    Started { id: String, log: PathBuf },
 }
 
 /// The rotation task's state; see the module docs.
@@ -117,6 +119,9 @@ impl ContainerLogManager {
                 Some(cmd) = self.commands.recv() => match cmd {
                     Command::Clean { logs, done } => {
                         let _ = done.send(logs.clean(&self.cri, &self.symlink_dir).await);
+                    }
+                    Command::Started { id, log } => {
+                        self.log_paths.insert(id, Some(log));
                     }
                 },
             }
@@ -264,6 +269,13 @@ impl LogHandle {
         log: &Path,
     ) {
         symlink::create(&self.symlink_dir, pod, namespace, container, id, log).await;
+        // The rotation then knows the log's path without a ContainerStatus (one CRI call per
+        // container, made in the first round after its start, while pods start in a burst).
+        // A full queue drops it: the rotation asks the runtime as for an adopted container.
+        let _ = self.commands.try_send(Command::Started {
+            id: id.to_string(),
+            log: log.to_path_buf(),
+        });
     }
 
     /// Removes a container's logs and symlink before the container is removed; through the
