@@ -285,18 +285,12 @@ impl Pleg {
                 }
                 Some(Refresh { uid, started }) = self.refresh.recv() => {
                     if reading.contains(&uid) || reading.len() >= READ_PARALLELISM {
-                        match again.get_mut(&uid) {
-                            Some(waiting) => {
-                                if waiting.is_some() && started.is_some() {
-                                    *waiting = started;
-                                } else {
-                                    *waiting = None;
-                                }
-                            }
-                            None => {
-                                again.insert(uid, started);
-                            }
-                        }
+                        // Waiting already: the newest `Started` if both had one, else none.
+                        let merged = match again.remove(&uid) {
+                            Some(waiting) => waiting.and(started),
+                            None => started,
+                        };
+                        again.insert(uid, merged);
                     } else {
                         reading.insert(uid.clone());
                         reads.push(self.read(uid, started));
