@@ -164,8 +164,17 @@ const LATE_KEPT: Duration = Duration::from_secs(60);
 /// How many pod status reads PLEG runs at once (relist and refreshes each).
 const READ_PARALLELISM: usize = 16;
 
-type Read =
-    Pin<Box<dyn Future<Output = (String, Instant, Result<PodRuntimeStatus, String>)> + Send>>;
+/// A worker's read of one pod: its uid, when the read started, and what it found.
+type Read = Pin<Box<dyn Future<Output = (String, Instant, PodRead)> + Send>>;
+
+/// What a read of one pod found, and how (see [`Pleg::apply_read`]).
+enum PodRead {
+    /// Read from the runtime when stamped: the whole pod, or its containers for an event.
+    Now(Result<PodRuntimeStatus, String>),
+    /// A pod started from nothing ([`Started`]): its containers read now, its sandbox as
+    /// RunPodSandbox's read left it, which is older than the stamp.
+    Composed(PodRuntimeStatus),
+}
 type HintFuture = Pin<Box<dyn Future<Output = targeted::HintRead> + Send>>;
 
 /// The PLEG task's state. It owns the runtime cache's only writer.
@@ -366,9 +375,9 @@ impl Pleg {
                         hinted.push(Box::pin(targeted::read(self.runtime.clone(), h, Some(uid), wake)));
                     }
                 }
-                Some((uid, at, res)) = reads.next(), if !reads.is_empty() => {
+                Some((uid, at, read)) = reads.next(), if !reads.is_empty() => {
                     reading.remove(&uid);
-                    if !self.apply_read(uid.clone(), at, res).await {
+                    if !self.apply_read(uid.clone(), at, read).await {
                         return;
                     }
                     // Start what waited: this pod again, or pods queued while reads were full.
@@ -396,13 +405,13 @@ impl Pleg {
             let at = Instant::now();
             if let Some(started) = &started {
                 match runtime.started_pod_status(started).await {
-                    Ok(Some(status)) => return (uid, at, Ok(status)),
+                    Ok(Some(status)) => return (uid, at, PodRead::Composed(status)),
                     Ok(None) => {}
-                    Err(e) => return (uid, at, Err(e.to_string())),
+                    Err(e) => return (uid, at, PodRead::Now(Err(e.to_string()))),
                 }
             }
             let res = runtime.pod_status(&uid).await.map_err(|e| e.to_string());
-            (uid, at, res)
+            (uid, at, PodRead::Now(res))
         })
     }
 
@@ -461,24 +470,30 @@ impl Pleg {
         if !read.met {
             debug!(uid = %uid, "a read after a runtime event does not show it yet; the relist will");
         }
-        self.apply_read(uid, read.at, read.status).await
+        self.apply_read(uid, read.at, PodRead::Now(read.status))
+            .await
     }
 
     /// A read of one pod (for a runtime event, or for a worker that must see what it just did):
     /// into the cache, and its changes against what PLEG last reported sent at once. The next
     /// relist then finds the pod as reported and does not read it again: before, every change a
     /// worker made was read twice, once for the worker and once for the relist that noticed it.
-    async fn apply_read(
-        &mut self,
-        uid: String,
-        at: Instant,
-        res: Result<PodRuntimeStatus, String>,
-    ) -> bool {
-        let status = match res {
-            Ok(st) => st,
-            Err(e) => {
+    ///
+    /// A composed read's sandbox was read before its stamp: if what PLEG reported since has that
+    /// sandbox not ready, it stays not ready (a sandbox never becomes ready again), so an older
+    /// view never overwrites a newer death until the next relist.
+    async fn apply_read(&mut self, uid: String, at: Instant, read: PodRead) -> bool {
+        let status = match read {
+            PodRead::Now(Ok(st)) => st,
+            PodRead::Now(Err(e)) => {
                 self.cache.set(&uid, Err(e), at);
                 return true;
+            }
+            PodRead::Composed(mut st) => {
+                if let Some(last) = self.last.get(&uid) {
+                    keep_not_ready(&mut st, &last.sandboxes);
+                }
+                st
             }
         };
         let entry = targeted::snapshot_of(&status);
@@ -598,6 +613,16 @@ impl Pleg {
 }
 
 /// The metric label of an event kind (upstream's `PodLifeCycleEventType` names).
+/// Marks `status`'s sandboxes not ready where `reported` (an older-stamped but newer-read view
+/// of the same pod) has the same sandbox not ready. A pure table: see [`Pleg::apply_read`].
+fn keep_not_ready(status: &mut PodRuntimeStatus, reported: &[(String, bool)]) {
+    for sb in status.sandboxes.iter_mut() {
+        if reported.iter().any(|(id, ready)| *id == sb.id && !*ready) {
+            sb.ready = false;
+        }
+    }
+}
+
 fn kind_label(k: EventKind) -> &'static str {
     match k {
         EventKind::ContainerStarted => "ContainerStarted",
@@ -710,5 +735,39 @@ mod tests {
         assert!(diff("u", Some(&a), Some(&a)).is_empty());
         let gone = diff("u", Some(&a), None);
         assert!(gone.iter().any(|e| e.kind == EventKind::SandboxChanged));
+    }
+
+    /// A composed read's sandbox (read at RunPodSandbox) against what PLEG reported since.
+    #[test]
+    fn a_composed_read_keeps_a_reported_death() {
+        let sb = |id: &str, ready| crate::container::types::SandboxStatus {
+            id: id.into(),
+            ready,
+            ..Default::default()
+        };
+        /// (composed sandbox ready, reported sandboxes, ready after)
+        type Row = (bool, &'static [(&'static str, bool)], bool);
+        let table: &[Row] = &[
+            // nothing reported yet: as read
+            (true, &[], true),
+            // reported alive: alive
+            (true, &[("s1", true)], true),
+            // reported dead after the read: dead
+            (true, &[("s1", false)], false),
+            // another sandbox's death is not this one's
+            (true, &[("s0", false)], true),
+            // read dead stays dead whatever was reported
+            (false, &[("s1", true)], false),
+        ];
+        for (read, reported, want) in table {
+            let mut st = PodRuntimeStatus {
+                sandboxes: vec![sb("s1", *read)],
+                containers: vec![],
+            };
+            let reported: Vec<(String, bool)> =
+                reported.iter().map(|(i, r)| (i.to_string(), *r)).collect();
+            keep_not_ready(&mut st, &reported);
+            assert_eq!(st.sandboxes[0].ready, *want, "{read} {reported:?}");
+        }
     }
 }
