@@ -12,7 +12,7 @@ use rkubelet_cri::{api, CriClient, CriError};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::{labels, sandbox, ContainerState, PodRuntimeStatus, SandboxStatus};
+use super::{labels, sandbox, ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::dns::DnsSettings;
 use crate::logs::{termination, ContainerLog, LogHandle, LogsToClean};
 use crate::podutil;
@@ -232,24 +232,45 @@ impl RuntimeManager {
             .await
             .map_err(cri("list containers"))?
             .containers;
-        let statuses = join_all(containers.iter().map(|c| {
+        // Removed between the listing and its read: not part of the pod any more.
+        out.containers = self
+            .container_statuses(containers.iter().map(|c| &c.id))
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        out.containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(out)
+    }
+
+    /// ContainerStatus of each of `ids`, all at once, in their order; None for one the runtime
+    /// does not have (gone, or answered without a status). What a missing one means is the
+    /// caller's: [`Self::pod_status`] leaves it out, [`Self::started_pod_status`] reads the
+    /// whole pod instead.
+    async fn container_statuses<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a String>,
+    ) -> Result<Vec<Option<ContainerStatus>>, RuntimeError> {
+        let ids: Vec<&String> = ids.collect();
+        let statuses = join_all(ids.iter().map(|id| {
             self.cri.container_status(api::ContainerStatusRequest {
-                container_id: c.id.clone(),
+                container_id: (*id).clone(),
                 verbose: false,
             })
         }))
         .await;
-        for (c, st) in containers.iter().zip(statuses) {
-            let st = match st {
-                Ok(r) => r.status,
-                Err(e) if e.is_not_found() => continue,
-                Err(e) => return Err(cri(format!("status of container {}", c.id))(e)),
-            };
-            let Some(st) = st else { continue };
-            out.containers.push(super::status::container(st).await);
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, st) in ids.into_iter().zip(statuses) {
+            match st {
+                Ok(r) => match r.status {
+                    Some(st) => out.push(Some(super::status::container(st).await)),
+                    None => out.push(None),
+                },
+                Err(e) if e.is_not_found() => out.push(None),
+                Err(e) => return Err(cri(format!("status of container {id}"))(e)),
+            }
         }
-        out.containers
-            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
         Ok(out)
     }
 
@@ -301,30 +322,15 @@ impl RuntimeManager {
         &self,
         started: &crate::container::cache::Started,
     ) -> Result<Option<PodRuntimeStatus>, RuntimeError> {
-        let statuses = join_all(started.containers.iter().map(|id| {
-            self.cri.container_status(api::ContainerStatusRequest {
-                container_id: id.clone(),
-                verbose: false,
-            })
-        }))
-        .await;
-        let mut out = PodRuntimeStatus {
-            sandboxes: vec![started.sandbox.clone()],
-            containers: Vec::with_capacity(statuses.len()),
+        let statuses = self.container_statuses(started.containers.iter()).await?;
+        let Some(mut containers) = statuses.into_iter().collect::<Option<Vec<_>>>() else {
+            return Ok(None);
         };
-        for (id, st) in started.containers.iter().zip(statuses) {
-            match st {
-                Ok(r) => match r.status {
-                    Some(st) => out.containers.push(super::status::container(st).await),
-                    None => return Ok(None),
-                },
-                Err(e) if e.is_not_found() => return Ok(None),
-                Err(e) => return Err(cri(format!("status of container {id}"))(e)),
-            }
-        }
-        out.containers
-            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        Ok(Some(out))
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(Some(PodRuntimeStatus {
+            sandboxes: vec![started.sandbox.clone()],
+            containers,
+        }))
     }
 
     /// CreateContainer + StartContainer (upstream `startContainer`, without hooks yet). Returns the
