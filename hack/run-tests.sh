@@ -29,9 +29,11 @@ SERIAL=" eviction upstream_swap csi_upstream kernel_tunables stats metrics cadvi
 
 # Binaries that run a second time on cgroup v2, in hack/vm.sh's guest, when this host's
 # /sys/fs/cgroup is cgroup v1 (on a cgroup v2 host their first run is the v2 one). One at a
-# time, last: the guest is emulated (TCG) and takes both cores, about 8x slower than native, so
-# the tests' waits get six times as long (RK_TEST_PATIENCE).
-V2_GUEST=" cadvisor cgroups cpu_manager devices oom overhead "
+# time, last, in this order, in one boot (hack/vm/guest-tests.sh): the guest is emulated (TCG)
+# and takes both cores, about 8x slower than native, so the tests' waits get six times as long
+# (RK_TEST_PATIENCE). Those without a control plane first, so the shared one, once started,
+# idles through no other binary's test.
+V2_GUEST=" cadvisor cpu_manager overhead cgroups devices oom "
 # Tests of those binaries not run again in the guest (binary:test), because nothing in them
 # depends on the cgroup version and each would cost the guest a control plane: under TCG
 # kube-apiserver alone takes ~5 min of CPU to start (~4 s natively), about a third of the guest's
@@ -70,24 +72,19 @@ awk -F'\t' -v s="$SERIAL" 'index(s, " " $1 " ") == 0' "$work/all.tsv" | order >"
 awk -F'\t' -v s="$SERIAL" 'index(s, " " $1 " ") != 0' "$work/all.tsv" | order >"$work/serial.tsv"
 : >"$work/guest.tsv"
 if [[ ! -e /sys/fs/cgroup/cgroup.controllers ]]; then
-    awk -F'\t' -v s="$V2_GUEST" '$2 == "test" && index(s, " " $1 " ") != 0 {print $1 " (cgroup v2 guest)\t" $3 "\t" $4}' \
-        "$work/all.tsv" >"$work/guest.tsv"
+    for b in $V2_GUEST; do
+        awk -F'\t' -v b="$b" '$2 == "test" && $1 == b {print $1 " (cgroup v2 guest)\t" $3 "\t" $4}' "$work/all.tsv"
+    done >"$work/guest.tsv"
 fi
 
-# run_one ID EXE DIR [RUNNER...]: runs one binary in its package dir (as cargo does), through
-# RUNNER if given (RUNNER DIR EXE), then prints its whole output at once (under a lock, so two
-# outputs never interleave) and records its result.
+# run_one ID EXE DIR: runs one binary in its package dir (as cargo does), then prints its whole
+# output at once (under a lock, so two outputs never interleave) and records its result.
 run_one() {
     local id="$1" exe="$2" dir="$3" out rc start secs
-    shift 3
     out="$work/out.$RANDOM$RANDOM"
     start=$SECONDS
     rc=0
-    if [[ $# -gt 0 ]]; then
-        "$@" "$dir" "$exe" >"$out" 2>&1 </dev/null || rc=$?
-    else
-        (cd "$dir" && "$exe") >"$out" 2>&1 </dev/null || rc=$?
-    fi
+    (cd "$dir" && "$exe") >"$out" 2>&1 </dev/null || rc=$?
     secs=$((SECONDS - start))
     {
         flock 8
@@ -113,18 +110,32 @@ run_list "$LANES" "$work/parallel.tsv"
 log "running $(wc -l <"$work/serial.tsv") test binaries alone:$SERIAL"
 run_list 1 "$work/serial.tsv"
 if [[ -s "$work/guest.tsv" ]]; then
-    log "running $(wc -l <"$work/guest.tsv") test binaries in the cgroup v2 guest (hack/vm.sh):$V2_GUEST"
-    # guest_run SKIP DIR EXE: EXE in the guest, without the tests named in SKIP (a list).
-    guest_run() {
-        local skip=() t
-        for t in $1; do skip+=(--skip "$t"); done
-        env RK_TEST_PATIENCE=6 "$HACK_DIR/vm.sh" run "$2" "$3" "${skip[@]}"
-    }
+    log "running $(wc -l <"$work/guest.tsv") test binaries in one boot of the cgroup v2 guest (hack/vm.sh):$V2_GUEST"
+    # One boot for all, sharing one control plane (hack/vm/guest-tests.sh says why), each
+    # binary with the boot's former timeout; results are read back per binary.
+    guest="$work/guest"
+    mkdir -p "$guest"
     while IFS=$'\t' read -r id exe dir; do
         skip="$(tr ' ' '\n' <<<"$V2_GUEST_SKIP" | awk -F: -v b="${id%% *}" '$1 == b {print $2}' | xargs)"
         [[ -z "$skip" ]] || log "$id: not run in the guest: $skip"
-        run_one "$id" "$exe" "$dir" guest_run "$skip"
-    done <"$work/guest.tsv"
+        printf '%s\t%s\t%s\t%s\n' "$id" "$exe" "$dir" "$skip"
+    done <"$work/guest.tsv" >"$guest/list.tsv"
+    guest_rc=0
+    env RK_TEST_PATIENCE=6 RK_GUEST_BINARY_TIMEOUT=1200 \
+        RK_VM_TIMEOUT="${RK_VM_TIMEOUT:-$((1260 * $(wc -l <"$guest/list.tsv")))}" \
+        "$HACK_DIR/vm.sh" run "$guest" "$HACK_DIR/vm/guest-tests.sh" "$guest" >"$guest/console" 2>&1 </dev/null ||
+        guest_rc=$?
+    n=0
+    while IFS=$'\t' read -r id exe _ _; do
+        n=$((n + 1))
+        secs=0 rc=125 # no result: the guest died or timed out before this binary finished
+        [[ ! -s "$guest/$n.rc" ]] || read -r secs rc <"$guest/$n.rc"
+        printf '\n     Running %s (%s), %ss, exit %s\n' "$id" "${exe#"$REPO_ROOT"/}" "$secs" "$rc"
+        cat "$guest/$n.out" 2>/dev/null
+        printf '%s\t%s\t%s\n' "$id" "$secs" "$rc" >>"$work/results.tsv"
+    done <"$guest/list.tsv"
+    printf '\n     The guest'"'"'s console (exit %s):\n' "$guest_rc"
+    cat "$guest/console"
 fi
 doc_rc=0
 if [[ -z "${RK_TEST_FILTER:-}" ]]; then

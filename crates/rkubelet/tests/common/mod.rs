@@ -681,9 +681,18 @@ spec:
 pub const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 
 /// A private etcd + kube-apiserver (hack/control-plane.sh), torn down on drop.
+///
+/// With `RK_TEST_SHARED_CONTROL_PLANE=DIR` (hack/vm/guest-tests.sh, the cgroup v2 guest) every
+/// test of the run uses the one control plane in DIR instead, started by the first that asks and
+/// left running for the next; the guest's runner removes what a binary left in the API and stops
+/// it at the end. Under emulation an apiserver costs minutes of CPU to start, and each test's
+/// nodes and pods are its own (node names carry the Env index), so a shared one changes nothing
+/// the tests check.
 pub struct ControlPlane {
     pub dir: PathBuf,
     pub admin_kubeconfig: PathBuf,
+    /// Started for the whole run (`RK_TEST_SHARED_CONTROL_PLANE`): not torn down on drop.
+    shared: bool,
 }
 
 impl ControlPlane {
@@ -709,7 +718,28 @@ impl ControlPlane {
     }
 
     fn up_with(tag: &str, audit: bool) -> ControlPlane {
-        let dir = PathBuf::from(format!("/tmp/rkt-cp-{tag}-{}", std::process::id()));
+        let shared = std::env::var_os("RK_TEST_SHARED_CONTROL_PLANE")
+            .filter(|d| !d.is_empty() && !audit)
+            .map(PathBuf::from);
+        // Two tests of one binary asking at once start it once.
+        static SHARED_START: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _starting = shared
+            .as_ref()
+            .map(|_| SHARED_START.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(dir) = &shared {
+            let admin = dir.join("admin.kubeconfig");
+            // `env` is written once the apiserver has started; the kubeconfig after it.
+            if dir.join("env").exists() && admin.exists() {
+                return ControlPlane {
+                    dir: dir.clone(),
+                    admin_kubeconfig: admin,
+                    shared: true,
+                };
+            }
+        }
+        let dir = shared
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("/tmp/rkt-cp-{tag}-{}", std::process::id())));
         let script = repo_root().join("hack/control-plane.sh");
         let _ = Command::new(&script).arg("down").arg(&dir).output();
         let mut cmd = Command::new(&script);
@@ -737,6 +767,7 @@ impl ControlPlane {
         ControlPlane {
             admin_kubeconfig: PathBuf::from(admin),
             dir,
+            shared: shared.is_some(),
         }
     }
 
@@ -975,6 +1006,9 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        if self.shared {
+            return;
+        }
         let _ = Command::new(repo_root().join("hack/control-plane.sh"))
             .arg("down")
             .arg(&self.dir)

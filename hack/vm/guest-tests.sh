@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# hack/run-tests.sh's cgroup v2 binaries, all in one boot of hack/vm.sh's guest:
+#
+#   hack/vm.sh run OUT hack/vm/guest-tests.sh OUT
+#
+# OUT/list.tsv has one binary per line: id, executable, package dir, tests to skip (a list).
+# Binary N's output goes to OUT/N.out and "SECONDS EXIT" to OUT/N.rc, so the host sees each
+# result even if the guest dies later. Each binary has RK_GUEST_BINARY_TIMEOUT seconds
+# (default 1200, what one boot per binary had).
+#
+# Why one boot: under emulation (TCG) a boot costs ~15 s, and a control plane ~3 min of CPU to
+# start (kube-apiserver alone ~170 s, etcd ~40 s). The binaries' tests that need an apiserver
+# share one (RK_TEST_SHARED_CONTROL_PLANE, tests/common ControlPlane): the first test that asks
+# starts it, and between binaries this script force-deletes the pods and nodes the last one
+# left, as each binary's own control plane used to start empty of them.
+set -uo pipefail
+out="${1:?usage: guest-tests.sh OUT}"
+hack="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cp_dir=/tmp/rkt-cp-guest-shared
+export RK_TEST_SHARED_CONTROL_PLANE="$cp_dir"
+
+# The API objects a binary's tests leave: their kubelets are gone, so nothing would ever
+# finish deleting their pods; --force removes the objects at once.
+clean_api() {
+    [[ -s "$cp_dir/env" ]] || return 0
+    local k=(kubectl --kubeconfig "$cp_dir/admin.kubeconfig")
+    "${k[@]}" delete pods --all --all-namespaces --force --grace-period=0 >/dev/null 2>&1
+    "${k[@]}" delete nodes --all >/dev/null 2>&1
+}
+
+n=0
+failed=0
+while IFS=$'\t' read -r id exe dir skip; do
+    n=$((n + 1))
+    args=()
+    for t in $skip; do args+=(--skip "$t"); done
+    start=$SECONDS
+    (cd "$dir" && exec timeout --kill-after=10 "${RK_GUEST_BINARY_TIMEOUT:-1200}" "$exe" "${args[@]}") \
+        >"$out/$n.out" 2>&1 </dev/null
+    rc=$?
+    echo "$((SECONDS - start)) $rc" >"$out/$n.rc"
+    echo "guest: $id: exit $rc in $((SECONDS - start))s"
+    [[ $rc -eq 0 ]] || failed=1
+    clean_api
+done <"$out/list.tsv"
+"$hack/control-plane.sh" down "$cp_dir" >/dev/null 2>&1
+exit "$failed"
