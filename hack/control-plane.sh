@@ -262,6 +262,9 @@ EOF
     kubectl --kubeconfig "$DIR/admin.kubeconfig" create clusterrolebinding kube-apiserver-kubelet-api-admin \
         --clusterrole=system:kubelet-api-admin --user=kube-apiserver-kubelet-client >/dev/null
     service_account_objects default
+    # Last: a control plane shared between test binaries (tests/common ControlPlane) is used only
+    # once its start finished.
+    : >"$DIR/ready"
     cat "$DIR/env"
 }
 

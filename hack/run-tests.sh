@@ -35,10 +35,11 @@ SERIAL=" eviction upstream_swap csi_upstream kernel_tunables stats metrics cadvi
 # idles through no other binary's test.
 V2_GUEST=" cadvisor cpu_manager overhead cgroups devices oom "
 # Tests of those binaries not run again in the guest (binary:test), because nothing in them
-# depends on the cgroup version and each would cost the guest a control plane: under TCG
-# kube-apiserver alone takes ~5 min of CPU to start (~4 s natively), about a third of the guest's
-# time. cadvisor's Prometheus test checks TLS scraping of the four endpoints; the series it reads
-# on cgroup v2 are asserted by the binary's other test, which runs in the guest.
+# depends on the cgroup version and each would cost the guest a control plane's start (under TCG
+# etcd and kube-apiserver take ~2 min to start, ~4 s natively), or start the shared one before
+# binaries that need none. cadvisor's Prometheus test checks TLS scraping of the four endpoints;
+# the series it reads on cgroup v2 are asserted by the binary's other test, which runs in the
+# guest.
 V2_GUEST_SKIP=" cadvisor:prometheus_scrapes_every_metrics_endpoint_over_tls "
 
 work="$(mktemp -d /tmp/run-tests.XXXXXX)"
@@ -122,6 +123,7 @@ if [[ -s "$work/guest.tsv" ]]; then
     done <"$work/guest.tsv" >"$guest/list.tsv"
     guest_rc=0
     env RK_TEST_PATIENCE=6 RK_GUEST_BINARY_TIMEOUT=1200 \
+        RK_VM_KEEP="$(cut -f2 "$guest/list.tsv" | xargs -n1 dirname | sort -u | xargs)" \
         RK_VM_TIMEOUT="${RK_VM_TIMEOUT:-$((1260 * $(wc -l <"$guest/list.tsv")))}" \
         "$HACK_DIR/vm.sh" run "$guest" "$HACK_DIR/vm/guest-tests.sh" "$guest" >"$guest/console" 2>&1 </dev/null ||
         guest_rc=$?

@@ -19,7 +19,8 @@
 # AVX2, which TCG emulates slowly, and Go's runtime uses them everywhere (AES map hashing, AVX2
 # memmove); kube-apiserver took 512 s of CPU to start under `max` and 167 s under qemu64 (etcd
 # 127 s and 37 s), in the same hour. Nothing the tests check depends on those instructions.
-# RK_VM_MEM (MiB, default 4096), RK_VM_TIMEOUT (s, default 1200). The guest's console (kernel
+# RK_VM_MEM (MiB, default 4096), RK_VM_TIMEOUT (s, default 1200), RK_VM_KEEP (more host dirs
+# under /tmp the job needs, space-separated, e.g. the test binaries' when CMD is a runner). The guest's console (kernel
 # messages and CMD's output) is this script's stdout.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
@@ -110,8 +111,9 @@ cmd_run() {
     # The guest's /tmp is its own; host paths there that the job needs (a checkout under /tmp,
     # as CI's clean clone may be) are bound back in at the same place.
     local keep
+    # shellcheck disable=SC2086 # RK_VM_KEEP: a list
     for keep in "$REPO_ROOT" "$dir" "$(dirname "$(realpath "$1" 2>/dev/null || echo /)")" \
-        "${CARGO_TARGET_DIR:-/}"; do
+        "${CARGO_TARGET_DIR:-/}" ${RK_VM_KEEP:-}; do
         [[ "$keep" != /tmp/* ]] || echo "$keep"
     done | sort -u >"$job/keep"
     {

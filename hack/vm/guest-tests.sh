@@ -20,12 +20,17 @@ cp_dir=/tmp/rkt-cp-guest-shared
 export RK_TEST_SHARED_CONTROL_PLANE="$cp_dir"
 
 # The API objects a binary's tests leave: their kubelets are gone, so nothing would ever
-# finish deleting their pods; --force removes the objects at once.
+# finish deleting their pods; --force removes the objects at once. A control plane that does not
+# answer (or never finished starting) is taken down, so the next binary's tests start a new one.
 clean_api() {
-    [[ -s "$cp_dir/env" ]] || return 0
-    local k=(kubectl --kubeconfig "$cp_dir/admin.kubeconfig")
-    "${k[@]}" delete pods --all --all-namespaces --force --grace-period=0 >/dev/null 2>&1
-    "${k[@]}" delete nodes --all >/dev/null 2>&1
+    [[ -d "$cp_dir" ]] || return 0
+    local k=(timeout 300 kubectl --kubeconfig "$cp_dir/admin.kubeconfig" --request-timeout=120s)
+    if [[ ! -e "$cp_dir/ready" ]] ||
+        ! "${k[@]}" delete pods --all --all-namespaces --force --grace-period=0 >/dev/null 2>&1 </dev/null ||
+        ! "${k[@]}" delete nodes --all >/dev/null 2>&1 </dev/null; then
+        echo "guest: the shared control plane does not answer; stopping it"
+        "$hack/control-plane.sh" down "$cp_dir" >/dev/null 2>&1
+    fi
 }
 
 n=0
@@ -39,6 +44,8 @@ while IFS=$'\t' read -r id exe dir skip; do
         >"$out/$n.out" 2>&1 </dev/null
     rc=$?
     echo "$((SECONDS - start)) $rc" >"$out/$n.rc"
+    # On the host at once: 9p may cache writes, and the guest may die in a later binary.
+    sync "$out/$n.out" "$out/$n.rc"
     echo "guest: $id: exit $rc in $((SECONDS - start))s"
     [[ $rc -eq 0 ]] || failed=1
     clean_api

@@ -684,8 +684,8 @@ pub const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 ///
 /// With `RK_TEST_SHARED_CONTROL_PLANE=DIR` (hack/vm/guest-tests.sh, the cgroup v2 guest) every
 /// test of the run uses the one control plane in DIR instead, started by the first that asks and
-/// left running for the next; the guest's runner removes what a binary left in the API and stops
-/// it at the end. Under emulation an apiserver costs minutes of CPU to start, and each test's
+/// left running for the next; the guest's runner force-deletes the pods and nodes a binary left
+/// and stops it at the end. Under emulation an apiserver costs minutes of CPU to start, and each test's
 /// nodes and pods are its own (node names carry the Env index), so a shared one changes nothing
 /// the tests check.
 pub struct ControlPlane {
@@ -728,8 +728,9 @@ impl ControlPlane {
             .map(|_| SHARED_START.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(dir) = &shared {
             let admin = dir.join("admin.kubeconfig");
-            // `env` is written once the apiserver has started; the kubeconfig after it.
-            if dir.join("env").exists() && admin.exists() {
+            // `ready`: control-plane.sh up finished (a start cut short is started again below;
+            // the guest's runner takes down one that stops answering).
+            if dir.join("ready").exists() {
                 return ControlPlane {
                     dir: dir.clone(),
                     admin_kubeconfig: admin,
