@@ -169,7 +169,7 @@ type Read = Pin<Box<dyn Future<Output = (String, Instant, PodRead)> + Send>>;
 
 /// What a read of one pod found, and how (see [`Pleg::apply_read`]).
 enum PodRead {
-    /// Read from the runtime when stamped: the whole pod, or its containers for an event.
+    /// The whole pod, read from the runtime after its stamp.
     Now(Result<PodRuntimeStatus, String>),
     /// A pod started from nothing ([`Started`]): its containers read now, its sandbox as
     /// RunPodSandbox's read left it, which is older than the stamp.
@@ -479,9 +479,11 @@ impl Pleg {
     /// relist then finds the pod as reported and does not read it again: before, every change a
     /// worker made was read twice, once for the worker and once for the relist that noticed it.
     ///
-    /// A composed read's sandbox was read before its stamp: if what PLEG reported since has that
+    /// A composed read's sandbox was read before its stamp: if what PLEG has reported has that
     /// sandbox not ready, it stays not ready (a sandbox never becomes ready again), so an older
-    /// view never overwrites a newer death until the next relist.
+    /// view of the sandbox does not overwrite a death already reported. Not covered: a death
+    /// seen by a read that started before the composed read's stamp and ends after it is
+    /// applied (that read is older, and dropped); the next relist reports it, within 1-2 s.
     async fn apply_read(&mut self, uid: String, at: Instant, read: PodRead) -> bool {
         let status = match read {
             PodRead::Now(Ok(st)) => st,
@@ -612,9 +614,9 @@ impl Pleg {
     }
 }
 
-/// The metric label of an event kind (upstream's `PodLifeCycleEventType` names).
-/// Marks `status`'s sandboxes not ready where `reported` (an older-stamped but newer-read view
-/// of the same pod) has the same sandbox not ready. A pure table: see [`Pleg::apply_read`].
+/// Marks `status`'s sandboxes not ready where `reported` (what PLEG last reported of the same
+/// pod, which may have read the sandbox after `status` did) has the same sandbox not ready. A
+/// pure table: see [`Pleg::apply_read`].
 fn keep_not_ready(status: &mut PodRuntimeStatus, reported: &[(String, bool)]) {
     for sb in status.sandboxes.iter_mut() {
         if reported.iter().any(|(id, ready)| *id == sb.id && !*ready) {
@@ -623,6 +625,7 @@ fn keep_not_ready(status: &mut PodRuntimeStatus, reported: &[(String, bool)]) {
     }
 }
 
+/// The metric label of an event kind (upstream's `PodLifeCycleEventType` names).
 fn kind_label(k: EventKind) -> &'static str {
     match k {
         EventKind::ContainerStarted => "ContainerStarted",
