@@ -276,7 +276,7 @@ def summary(results):
     for (n, kind), rs in groups.items():
         row = {"n": n, "kind": kind, "rounds": len(rs)}
         for k in ("p50", "p99", "all", "s50", "s99", "sall", "gone",
-                  "busy", "cpu_rk", "cpu_runtime", "cpu_api", "cpu_rest"):
+                  "busy", "cpu_rk", "cpu_runtime", "cpu_api", "cpu_bench", "cpu_rest"):
             row[k] = median([r.get(k) for r in rs])
         rows.append(row)
     floor = {r["n"]: r for r in rows if r["kind"] == "floor"}
@@ -302,15 +302,33 @@ def summary(results):
               f"        {ratio(r['p50'], fl.get('p50'))} {ratio(r['p99'], fl.get('p99'))} {ratio(r['all'], fl.get('all'))} |"
               f"                 {ratio(r['s50'], fc.get('p50'))} {ratio(r['sall'], fc.get('all'))} |"
               f" {f(r['gone'])}")
+    # Paired: round k's figure over round k's floor (rows of a kind are appended in round order).
+    print("\n=== paired ratios: median over rounds of (rkubelet's started figure / the same round's floor) ===")
+    print("     N kind     rounds | vs floor started: p50   all | vs floor+cg started: p50   all | each round's p50 vs floor+cg")
+    for (n, kind), rs in groups.items():
+        if kind.startswith("floor"):
+            continue
+        fl, fc = groups.get((n, "floor"), []), groups.get((n, "floor+cg"), [])
+
+        def paired(key, base, base_key):
+            # One row per phase per round (cri-floor.sh stops at the first failed phase).
+            assert len(rs) == len(base), f"N={n} {kind}: {len(rs)} rounds, its floor {len(base)}"
+            return [r.get(key) / b.get(base_key) for r, b in zip(rs, base)
+                    if r.get(key) is not None and b.get(base_key)]
+        each = " ".join(f"{x:4.2f}" for x in paired("s50", fc, "p50"))
+        print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |"
+              f"                {f(median(paired('s50', fl, 'p50')))} {f(median(paired('sall', fl, 'all')))} |"
+              f"                   {f(median(paired('s50', fc, 'p50')))} {f(median(paired('sall', fc, 'all')))} | {each}")
     print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
           " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
           " the floor's own client)")
-    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  rest")
+    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  bench client  rest")
     for r in rows:
         if r.get("busy") is None:
             continue
         print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(r['busy'])} |    {f(r.get('cpu_rk') or 0.0)}"
-              f"             {f(r['cpu_runtime'])}           {f(r.get('cpu_api') or 0.0)}  {f(r['cpu_rest'])}")
+              f"             {f(r['cpu_runtime'])}           {f(r.get('cpu_api') or 0.0)}"
+              f"         {f(r.get('cpu_bench') or 0.0)}  {f(r['cpu_rest'])}")
 
 
 if __name__ == "__main__":

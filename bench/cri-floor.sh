@@ -18,8 +18,10 @@
 # "started" is rkubelet's `"started container"` log line (the moment the floor's StartContainer
 # returns); "Running" is the pod seen Running+Ready where an operator looks.
 #
-# ROUNDS=k (default 3) repeats every phase k times on the same containerd and kubelet; the summary
-# gives the median of each figure over the rounds (one run here varies by up to 30%).
+# ROUNDS=k (default 3) runs every phase once per round, in the order above, on the same containerd
+# (rkubelet started afresh for standalone and for the node's two phases, on the same root dir); the summary gives the median of
+# each figure over the rounds (one run here varies by up to 30%), and the median of each round's
+# ratio to that round's floor (paired: the phases of a round are minutes apart, the rounds more).
 # RKUBELET=path and CRI_FLOOR=path pick the binaries (default target/release/...; built if missing).
 # rkubelet runs with its defaults (kubeAPIQPS/kubeAPIBurst as the build honours them) and
 # --cgroup-root /rkubelet-floorbench; its log: /tmp/rkubelet-floorbench-N.log.
@@ -38,7 +40,7 @@ ROUNDS="${ROUNDS:-3}"
 CP=/tmp/rkubelet-floorbench-cp
 CD=/tmp/rkubelet-floorbench-cd
 
-CUR_PID="" RESULTS=""
+CUR_PID="" RESULTS="" STARTED_AT=0
 
 stop_rkubelet() {
     if [[ -n "$CUR_PID" ]] && kill -0 "$CUR_PID" 2>/dev/null; then
@@ -56,22 +58,27 @@ cleanup() {
 }
 bench_traps 'cleanup; "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true; rm -f "$RESULTS"'
 
-# Readiness checks for start_rkubelet: the read-only port answers; the node is Ready in the API.
+# Readiness checks for start_rkubelet: the read-only port answers; the node Ready in the API with
+# a heartbeat from this rkubelet (with no node controller, the last round's Ready stays).
 is_serving() { curl -sf "http://127.0.0.1:$1/pods" >/dev/null; }
 node_ready() {
-    kubectl --kubeconfig "$CP/admin.kubeconfig" get node "$NODE_NAME" \
-        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+    local beat
+    beat="$(kubectl --kubeconfig "$CP/admin.kubeconfig" get node "$NODE_NAME" \
+        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null)"
+    [[ "$beat" == True\ * ]] && (($(date -d "${beat#True }" +%s) >= STARTED_AT))
 }
 
 # start_rkubelet LOG SOCK CHECK PORT [FLAG...]: rkubelet on the bench's config and containerd, plus
-# FLAGs, in the background (CUR_PID), until CHECK PORT passes.
+# FLAGs, in the background (CUR_PID), until CHECK PORT passes. LOG is appended to (one per phase
+# kind, all rounds).
 start_rkubelet() {
     local logf="$1" sock="$2" check="$3" port="$4" i
     shift 4
     "$RKUBELET" --config "$CD/kubelet-config.yaml" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
-        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" "$@" >"$logf" 2>&1 &
+        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" "$@" >>"$logf" 2>&1 &
     CUR_PID=$!
+    STARTED_AT=$(date +%s)
     for ((i = 0; i < 300; i++)); do
         "$check" "$port" && return 0
         kill -0 "$CUR_PID" 2>/dev/null || { tail -n 20 "$logf" >&2; die "rkubelet exited"; }
@@ -90,15 +97,9 @@ bench_one() {
     "$HACK_DIR/containerd.sh" up "$CD" "$INDEX" >/dev/null 2>"$logf" || { cat "$logf" >&2; die "containerd did not start"; }
     sock="$(sed -n 's/^CONTAINERD_SOCK=//p' "$CD/env")"
 
-    for ((r = 1; r <= ROUNDS; r++)); do
-        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS"
-        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
-            --pod-cgroups "$FLOOR_CGROUP_ROOT"
-        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
-    done
-
     port="$(free_port $((21000 + n)))"
     sport="$(free_port $((22000 + n)))"
+    : >"$logf.standalone"
     mkdir -p "$CD/manifests" "$CD/kubelet"
     cat >"$CD/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -114,22 +115,30 @@ fileCheckFrequency: 20s
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
 EOF
-    # Standalone first (no API server: static pods only, nothing for kube-apiserver and etcd to do
-    # on the same two cores), then as a node of the control plane.
-    start_rkubelet "$logf.standalone" "$sock" is_serving "$port"
-    log "N=$n: standalone rkubelet pid $CUR_PID, log $logf.standalone"
-    sleep 1
+    # Every phase once per round, the floor's right before rkubelet's: the machine's speed drifts
+    # by tens of percent within minutes here, and a ratio of two phases minutes apart measured the
+    # drift. The summary's paired ratios divide each round's figures by the same round's floor.
     for ((r = 1; r <= ROUNDS; r++)); do
-        RKUBELET_PID=$CUR_PID python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf.standalone" "$RESULTS" standalone
-    done
-    stop_rkubelet
+        log "N=$n: round $r of $ROUNDS"
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS"
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
+            --pod-cgroups "$FLOOR_CGROUP_ROOT"
+        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
 
-    start_rkubelet "$logf" "$sock" node_ready "$port" --kubeconfig "$kc"
-    log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
-    sleep 1
-    for ((r = 1; r <= ROUNDS; r++)); do
+        # Standalone first (no API server: static pods only, nothing for kube-apiserver and etcd
+        # to do on the same two cores), then as a node of the control plane.
+        start_rkubelet "$logf.standalone" "$sock" is_serving "$port"
+        log "N=$n: standalone rkubelet pid $CUR_PID, log $logf.standalone"
+        sleep 3 # its first relists and housekeeping before the pods, as on a node up for a while
+        RKUBELET_PID=$CUR_PID python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf.standalone" "$RESULTS" standalone
+        stop_rkubelet
+
+        start_rkubelet "$logf" "$sock" node_ready "$port" --kubeconfig "$kc"
+        log "N=$n: node Ready; rkubelet pid $CUR_PID, log $logf"
+        sleep 3
         RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
         RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
+        stop_rkubelet
     done
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup
