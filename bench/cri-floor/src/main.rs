@@ -322,10 +322,23 @@ async fn stop_pod(
 /// CPU seconds so far: the machine's busy time (user, nice, system, irq, softirq of /proc/stat)
 /// and containerd's with its shims (the processes named so), as `bench/cpu_use.py` reads them
 /// for the kubelet's phases, so the floor's line compares with theirs.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct CpuReading {
     busy: f64,
-    runtime: f64,
+    /// Per pid: a process that exits within the window (another N's containerd still shutting
+    /// down, as once made the runtime's share negative) must not count against the others.
+    runtime: HashMap<u32, f64>,
+}
+
+impl CpuReading {
+    /// The runtime's CPU seconds from `before` to `self`: the processes alive now, each from
+    /// its reading then (zero if it started since).
+    fn runtime_since(&self, before: &CpuReading) -> f64 {
+        self.runtime
+            .iter()
+            .map(|(pid, secs)| secs - before.runtime.get(pid).copied().unwrap_or(0.0))
+            .sum()
+    }
 }
 
 fn clock_ticks() -> f64 {
@@ -367,12 +380,15 @@ fn cpu_reading() -> CpuReading {
         if comm != "containerd" && !comm.starts_with("containerd-shim") {
             continue;
         }
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
         let ticks: u64 = [11, 12]
             .iter()
             .filter_map(|&i| f.get(i).and_then(|x| x.parse::<u64>().ok()))
             .sum();
-        out.runtime += ticks as f64 / tick;
+        out.runtime.insert(pid, ticks as f64 / tick);
     }
     out
 }
@@ -422,7 +438,7 @@ async fn main() -> Result<()> {
     }
     let all = t0.elapsed().as_secs_f64();
     let cpu1 = cpu_reading();
-    let (busy, runtime) = (cpu1.busy - cpu0.busy, cpu1.runtime - cpu0.runtime);
+    let (busy, runtime) = (cpu1.busy - cpu0.busy, cpu1.runtime_since(&cpu0));
     let secs = |f: fn(&Timing) -> Duration| -> Vec<f64> {
         timings.iter().map(|(_, t)| f(t).as_secs_f64()).collect()
     };
@@ -465,8 +481,8 @@ async fn main() -> Result<()> {
         a.pods
     );
     println!("  start -> running   p50 {p50:6.2} s   p99 {p99:6.2} s   all {all:6.2} s");
-    // A shim that started in the window counts from zero; one that exited in it (none do
-    // before teardown) would be missed.
+    // A shim that started in the window counts from zero; one that exited in it (none of the
+    // floor's do before teardown) is missed.
     println!(
         "  CPU s, start -> all running: machine busy {busy:.2}: containerd+shims {runtime:.2}, rest (runc, CNI, this floor, ...) {:.2}",
         busy - runtime
