@@ -281,34 +281,40 @@ def summary(results):
         rows.append(row)
     floor = {r["n"]: r for r in rows if r["kind"] == "floor"}
     floor_cg = {r["n"]: r for r in rows if r["kind"] == "floor+cg"}
+    floor_sh = {r["n"]: r for r in rows if r["kind"] == "floor+shape"}
     f = lambda x: "  -  " if x is None else f"{x:5.2f}"
     ratio = lambda a, b: "  -  " if a is None or not b else f"{a / b:5.2f}"
     print("\n=== summary: seconds from submission, median over rounds; ratio = rkubelet / floor ===")
-    print("  floor+cg: the floor with each pod in its own pod cgroup (the sandbox's cgroup parent)")
+    print("  floor+cg: the floor with each pod in its own pod cgroup (the sandbox's cgroup parent);"
+          " floor+sh(ape): and with the configs rkubelet sends")
     print("  standalone: static pods, rkubelet without an API server; static: the same as a node")
     print("     N kind     rounds |  p50   p99   all  | started: p50  p99   all  | ratio started: p50  p99   all"
-          " | ratio Running: p50  p99   all | vs floor+cg started: p50  all | gone")
+          " | ratio Running: p50  p99   all | vs floor+cg started: p50  all | vs floor+shape: p50  all | gone")
     for r in rows:
         head = f"  {r['n']:4d} {r['kind'][:8]:8s} {r['rounds']:4d}   |"
         if r["kind"].startswith("floor"):
             # A floor's "started" is its StartContainer return: its p50/p99/all columns.
             print(f"{head}                     |        {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
-                  f"                        |                      |                         | {f(r['gone'])}")
+                  f"                        |                      |                         |"
+                  f"                         | {f(r['gone'])}")
             continue
-        fl, fc = floor.get(r["n"], {}), floor_cg.get(r["n"], {})
+        fl, fc, fs = floor.get(r["n"], {}), floor_cg.get(r["n"], {}), floor_sh.get(r["n"], {})
         print(f"{head} {f(r['p50'])} {f(r['p99'])} {f(r['all'])} |"
               f"        {f(r['s50'])} {f(r['s99'])} {f(r['sall'])} |"
               f"          {ratio(r['s50'], fl.get('p50'))} {ratio(r['s99'], fl.get('p99'))} {ratio(r['sall'], fl.get('all'))} |"
               f"        {ratio(r['p50'], fl.get('p50'))} {ratio(r['p99'], fl.get('p99'))} {ratio(r['all'], fl.get('all'))} |"
               f"                 {ratio(r['s50'], fc.get('p50'))} {ratio(r['sall'], fc.get('all'))} |"
+              f"            {ratio(r['s50'], fs.get('p50'))} {ratio(r['sall'], fs.get('all'))} |"
               f" {f(r['gone'])}")
     # Paired: round k's figure over round k's floor (rows of a kind are appended in round order).
     print("\n=== paired ratios: median over rounds of (rkubelet's started figure / the same round's floor) ===")
-    print("     N kind     rounds | vs floor started: p50   all | vs floor+cg started: p50   all | each round's p50 vs floor+cg")
+    print("     N kind     rounds | vs floor started: p50   all | vs floor+cg started: p50   all"
+          " | vs floor+shape: p50   all | each round's p50 vs floor+cg; vs floor+shape")
     for (n, kind), rs in groups.items():
         if kind.startswith("floor"):
             continue
         fl, fc = groups.get((n, "floor"), []), groups.get((n, "floor+cg"), [])
+        fs = groups.get((n, "floor+shape"), [])
 
         def paired(key, base, base_key):
             # One row per phase per round (cri-floor.sh stops at the first failed phase).
@@ -316,9 +322,14 @@ def summary(results):
             return [r.get(key) / b.get(base_key) for r, b in zip(rs, base)
                     if r.get(key) is not None and b.get(base_key)]
         each = " ".join(f"{x:4.2f}" for x in paired("s50", fc, "p50"))
+        # Runs from before the shaped floor existed have none: its columns stay empty.
+        each_sh = " ".join(f"{x:4.2f}" for x in paired("s50", fs, "p50")) if fs else "-"
+        sh50 = median(paired("s50", fs, "p50")) if fs else None
+        shall = median(paired("sall", fs, "all")) if fs else None
         print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |"
               f"                {f(median(paired('s50', fl, 'p50')))} {f(median(paired('sall', fl, 'all')))} |"
-              f"                   {f(median(paired('s50', fc, 'p50')))} {f(median(paired('sall', fc, 'all')))} | {each}")
+              f"                   {f(median(paired('s50', fc, 'p50')))} {f(median(paired('sall', fc, 'all')))} |"
+              f"              {f(sh50)} {f(shall)} | {each}; {each_sh}")
     print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
           " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
           " the floor's own client)")

@@ -9,7 +9,10 @@
 #   1. floor: bench/cri-floor (the project's cri crate, no kubelet) starts N one-container pods at
 #      once, one task per pod as rkubelet's pod workers, with the CRI calls rkubelet makes, then
 #      tears them down; then again with each pod in its own pod cgroup given as the sandbox's
-#      cgroup parent, as a kubelet makes them (`--pod-cgroups`, under $FLOOR_CGROUP_ROOT);
+#      cgroup parent, as a kubelet makes them (`--pod-cgroups`, under $FLOOR_CGROUP_ROOT); then
+#      again sending the sandbox and container configs rkubelet sends for the same manifest, built
+#      by rkubelet's own code (`--kubelet-shape`: DNS, seccomp, the hosts and termination-log
+#      mounts, masked paths): the runtime's work for rkubelet's exact pods, "floor+shape";
 #   2. rkubelet standalone (no --kubeconfig, no API server work on the same cores), static pods:
 #      N manifests renamed into staticPodPath at once, polled on /pods;
 #   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events);
@@ -124,6 +127,10 @@ EOF
         "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
             --pod-cgroups "$FLOOR_CGROUP_ROOT"
         remove_cgroup_root "$FLOOR_CGROUP_ROOT"
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
+            --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root"
+        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
+        rm -rf "$CD/floor-root"
 
         # Standalone first (no API server: static pods only, nothing for kube-apiserver and etcd
         # to do on the same two cores), then as a node of the control plane.

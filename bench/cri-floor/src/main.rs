@@ -33,6 +33,9 @@ use anyhow::{bail, Context, Result};
 use cgroups::{AnyManager, CgroupManager, CgroupName, ResourceConfig};
 use rkubelet_cri::{api, CriClient};
 
+mod shape;
+use shape::Shape;
+
 /// A BestEffort pod's cpu shares (upstream `MinShares`), for its QoS tier and its pod cgroup.
 const MIN_SHARES: u64 = 2;
 
@@ -45,6 +48,7 @@ struct Args {
     json: Option<PathBuf>,
     keep: bool,
     pod_cgroups: Option<String>,
+    kubelet_shape: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -57,6 +61,7 @@ fn parse_args() -> Result<Args> {
         json: None,
         keep: false,
         pod_cgroups: None,
+        kubelet_shape: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,11 +75,15 @@ fn parse_args() -> Result<Args> {
             "--json" => a.json = Some(value()?.into()),
             "--keep" => a.keep = true,
             "--pod-cgroups" => a.pod_cgroups = Some(value()?),
+            "--kubelet-shape" => a.kubelet_shape = Some(value()?.into()),
             other => bail!("unknown flag {other:?}"),
         }
     }
     if a.endpoint.is_empty() || a.logs_dir.as_os_str().is_empty() || a.pods == 0 {
-        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT]");
+        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT [--kubelet-shape ROOT_DIR]]");
+    }
+    if a.kubelet_shape.is_some() && a.pod_cgroups.is_none() {
+        bail!("--kubelet-shape needs --pod-cgroups: rkubelet's pods have their pod cgroups");
     }
     Ok(a)
 }
@@ -183,18 +192,57 @@ fn sandbox_config(name: &str, uid: &str, logs_dir: &Path) -> api::PodSandboxConf
     }
 }
 
+/// The plain floor's container: the command and the BestEffort resources, nothing more.
+fn plain_container(image_ref: String, image: String) -> api::ContainerConfig {
+    api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: "sleep".into(),
+            attempt: 0,
+        }),
+        image: Some(api::ImageSpec {
+            image: image_ref,
+            user_specified_image: image,
+            ..Default::default()
+        }),
+        command: vec!["sh".into(), "-c".into()],
+        args: vec!["trap 'exit 0' TERM; sleep 3600 & wait".into()],
+        log_path: "sleep/0.log".into(),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(api::LinuxContainerResources {
+                cpu_shares: 2,
+                oom_score_adj: 1000,
+                ..Default::default()
+            }),
+            security_context: Some(api::LinuxContainerSecurityContext::default()),
+        }),
+        ..Default::default()
+    }
+}
+
 async fn start_pod(
     cri: CriClient,
     i: usize,
     image: String,
     logs_root: PathBuf,
     pod_cgroups: Option<PodCgroups>,
+    shape: Option<Arc<Shape>>,
     t0: Instant,
 ) -> Result<Timing> {
     let name = format!("floor-{i:03}");
     let uid = pod_uid(i);
-    let logs_dir = logs_root.join(format!("floor_{name}_{uid}"));
-    let mut config = sandbox_config(&name, &uid, &logs_dir);
+    // Shaped: the pod and its sandbox config as rkubelet makes them (`shape`).
+    let (pod, mut config) = match &shape {
+        Some(sh) => {
+            let pod = sh.pod(&name, &uid, &image)?;
+            let config = sh.sandbox_config(&pod, &logs_root)?;
+            (Some(pod), config)
+        }
+        None => {
+            let dir = logs_root.join(format!("floor_{name}_{uid}"));
+            (None, sandbox_config(&name, &uid, &dir))
+        }
+    };
+    let logs_dir = PathBuf::from(&config.log_directory);
     let mut t = Timing::default();
 
     if let Some(cg) = &pod_cgroups {
@@ -215,11 +263,16 @@ async fn start_pod(
         })
         .await?
         .pod_sandbox_id;
-    cri.pod_sandbox_status(api::PodSandboxStatusRequest {
-        pod_sandbox_id: t.sandbox_id.clone(),
-        verbose: false,
-    })
-    .await?;
+    let ip = cri
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: t.sandbox_id.clone(),
+            verbose: false,
+        })
+        .await?
+        .status
+        .and_then(|s| s.network)
+        .map(|n| n.ip)
+        .unwrap_or_default();
     t.sandbox = s.elapsed();
 
     let s = Instant::now();
@@ -233,9 +286,8 @@ async fn start_pod(
             verbose: false,
         })
         .await?
-        .image
-        .map(|i| i.id);
-    let image_ref = match present {
+        .image;
+    let image_ref = match present.as_ref().map(|i| i.id.clone()) {
         Some(id) => id,
         None => {
             cri.pull_image(api::PullImageRequest {
@@ -251,32 +303,17 @@ async fn start_pod(
 
     let s = Instant::now();
     tokio::fs::create_dir_all(logs_dir.join("sleep")).await?;
+    let container = match (&shape, &pod) {
+        (Some(sh), Some(pod)) => {
+            sh.container_config(pod, &image_ref, present.as_ref(), &ip)
+                .await?
+        }
+        _ => plain_container(image_ref, image),
+    };
     t.container_id = cri
         .create_container(api::CreateContainerRequest {
             pod_sandbox_id: t.sandbox_id.clone(),
-            config: Some(api::ContainerConfig {
-                metadata: Some(api::ContainerMetadata {
-                    name: "sleep".into(),
-                    attempt: 0,
-                }),
-                image: Some(api::ImageSpec {
-                    image: image_ref,
-                    user_specified_image: image,
-                    ..Default::default()
-                }),
-                command: vec!["sh".into(), "-c".into()],
-                args: vec!["trap 'exit 0' TERM; sleep 3600 & wait".into()],
-                log_path: "sleep/0.log".into(),
-                linux: Some(api::LinuxContainerConfig {
-                    resources: Some(api::LinuxContainerResources {
-                        cpu_shares: 2,
-                        oom_score_adj: 1000,
-                        ..Default::default()
-                    }),
-                    security_context: Some(api::LinuxContainerSecurityContext::default()),
-                }),
-                ..Default::default()
-            }),
+            config: Some(container),
             sandbox_config: Some(config),
         })
         .await?
@@ -410,6 +447,12 @@ async fn main() -> Result<()> {
         .context("runtime not answering")?;
 
     let pod_cgroups = a.pod_cgroups.as_deref().map(PodCgroups::new).transpose()?;
+    let shape = a
+        .kubelet_shape
+        .as_deref()
+        .map(Shape::new)
+        .transpose()?
+        .map(Arc::new);
 
     let cpu0 = cpu_reading();
     let t0 = Instant::now();
@@ -421,6 +464,7 @@ async fn main() -> Result<()> {
                 a.image.clone(),
                 a.logs_dir.clone(),
                 pod_cgroups.clone(),
+                shape.clone(),
                 t0,
             ))
         })
@@ -471,13 +515,13 @@ async fn main() -> Result<()> {
         bail!("no pod started");
     }
     let (p50, p99) = (pct(&run, 50), pct(&run, 99));
-    let shape = if pod_cgroups.is_some() {
-        ", each in its pod cgroup"
-    } else {
-        ""
+    let how = match (&pod_cgroups, &shape) {
+        (Some(_), Some(_)) => ", each in its pod cgroup, with rkubelet's configs",
+        (Some(_), None) => ", each in its pod cgroup",
+        _ => "",
     };
     println!(
-        "=== floor: N = {} pods straight on the CRI{shape} ===",
+        "=== floor: N = {} pods straight on the CRI{how} ===",
         a.pods
     );
     println!("  start -> running   p50 {p50:6.2} s   p99 {p99:6.2} s   all {all:6.2} s");
@@ -496,10 +540,12 @@ async fn main() -> Result<()> {
         ("create", secs(|t| t.create)),
         ("start", secs(|t| t.start)),
     ]) {
+        // The mean too: rkubelet's timeline line in the same log gives means per stage.
         println!(
-            "  {stage:13}      p50 {:6.3} s   p99 {:6.3} s",
+            "  {stage:13}      p50 {:6.3} s   p99 {:6.3} s   mean {:6.3} s",
             pct(&xs, 50),
-            pct(&xs, 99)
+            pct(&xs, 99),
+            xs.iter().sum::<f64>() / xs.len().max(1) as f64
         );
     }
     if let Some(g) = gone {
@@ -510,9 +556,14 @@ async fn main() -> Result<()> {
     }
     if let Some(path) = &a.json {
         use std::io::Write;
+        let kind = match (&pod_cgroups, &shape) {
+            (Some(_), Some(_)) => "floor+shape",
+            (Some(_), None) => "floor+cg",
+            _ => "floor",
+        };
         let line = serde_json::json!({
             "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
-            "cgroups": pod_cgroups.is_some(), "busy": busy, "cpu_runtime": runtime,
+            "cgroups": pod_cgroups.is_some(), "kind": kind, "busy": busy, "cpu_runtime": runtime,
             "cpu_rest": busy - runtime,
         });
         let mut f = std::fs::OpenOptions::new()
