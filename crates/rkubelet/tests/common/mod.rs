@@ -427,10 +427,32 @@ impl Drop for Env {
             let _ = c.wait();
         }
         if std::thread::panicking() {
+            let log = self.kubelet_log();
+            // The tail covers the last seconds only; what went wrong minutes earlier (a rotation
+            // that failed, a watch that broke) is among the first warnings and errors.
+            let problems: Vec<&str> = log
+                .lines()
+                .filter(|l| l.starts_with('W') || l.starts_with('E'))
+                .collect();
+            // The whole log outlives the test's directory, for a failure seen only once.
+            let kept = Path::new("/tmp/rkt-failed").join(
+                self.dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+                    + ".log",
+            );
+            let kept = std::fs::create_dir_all("/tmp/rkt-failed")
+                .and_then(|()| std::fs::write(&kept, &log))
+                .map(|()| kept.display().to_string())
+                .unwrap_or_else(|e| format!("not kept: {e}"));
             eprintln!(
-                "--- rkubelet log ({}) ---\n{}",
+                "--- rkubelet log ({}; whole log: {kept}) ---\nfirst {} of {} warning and error lines:\n{}\n--- last 80 lines ---\n{}",
                 self.dir.display(),
-                tail(&self.kubelet_log(), 80)
+                problems.len().min(40),
+                problems.len(),
+                problems[..problems.len().min(40)].join("\n"),
+                tail(&log, 80)
             );
         }
         if self.runtime_up {
@@ -917,7 +939,7 @@ impl ControlPlane {
         let url = env.lines().find_map(|l| l.strip_prefix("APISERVER_URL="))?;
         let pki = self.dir.join("pki");
         let out = Command::new("curl")
-            .args(["-sf", "--max-time", "30", "--cacert"])
+            .args(["-sSf", "--max-time", "30", "--cacert"])
             .arg(pki.join("ca.crt"))
             .arg("--cert")
             .arg(pki.join("admin.crt"))
@@ -928,6 +950,12 @@ impl ControlPlane {
             .output()
             .ok()?;
         if !out.status.success() {
+            // A 404 is an answer (polls for deletion expect it); anything else is shown with a
+            // failed test's output, so that a poll that failed once says why.
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.contains("error: 404") {
+                eprintln!("GET {path}: curl {}: {}", out.status, err.trim());
+            }
             return None;
         }
         serde_json::from_slice(&out.stdout).ok()
