@@ -220,15 +220,22 @@ impl Rotation {
             cert_pem,
             key_pem: key.serialize_pem(),
         };
-        let pem = self.store.update(&ck)?;
         match &self.kind {
             Kind::Client {
                 kubeconfig, slot, ..
             } => {
-                slot.swap(client_with_cert(kubeconfig, &pem).await?);
+                // The new client is built before the cert is stored: once stored, the next
+                // rotation judges expiry by the store, and a client that then failed to build
+                // would leave the old (maybe expired) cert in use with nothing asking for a
+                // new one. Upstream has no such step: its transport reads the current cert
+                // at each handshake.
+                let new = client_with_cert(kubeconfig, &ck).await?;
+                let pem = self.store.update(&ck)?;
+                slot.swap(new);
                 info!(cert = %pem.display(), "rotated the client certificate; new requests use it");
             }
             Kind::Serving { cert, .. } => {
+                let pem = self.store.update(&ck)?;
                 cert.set(&ck)?;
                 info!(cert = %pem.display(), "serving certificate issued; new connections use it");
             }
@@ -237,11 +244,13 @@ impl Rotation {
     }
 }
 
-/// A client from `kubeconfig` whose credentials are the combined cert+key file `pem`.
+/// A client from `kubeconfig` whose credentials are `ck`, given as data (the kubeconfig's own
+/// client-certificate and client-key, files or data, are replaced).
 async fn client_with_cert(
     kubeconfig: &std::path::Path,
-    pem: &std::path::Path,
+    ck: &CertKey,
 ) -> Result<kube::Client, CertError> {
+    use base64::Engine;
     let err = |message: String| CertError::Kubeconfig {
         path: kubeconfig.to_path_buf(),
         message,
@@ -252,11 +261,11 @@ async fn client_with_cert(
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .map_err(|e| err(e.to_string()))?;
-    let pem = pem.display().to_string();
-    config.auth_info.client_certificate = Some(pem.clone());
-    config.auth_info.client_key = Some(pem);
-    config.auth_info.client_certificate_data = None;
-    config.auth_info.client_key_data = None;
+    let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    config.auth_info.client_certificate = None;
+    config.auth_info.client_key = None;
+    config.auth_info.client_certificate_data = Some(b64(&ck.cert_pem));
+    config.auth_info.client_key_data = Some(b64(&ck.key_pem).into());
     super::client::from_config(config, kubeconfig, ca_source)
 }
 
@@ -284,6 +293,39 @@ mod tests {
         // A clone taken before the swap (as every manager holds one) now reaches the new client.
         assert_eq!(held.request_text(get()).await.unwrap(), "new");
         assert_eq!(client.request_text(get()).await.unwrap(), "new");
+    }
+
+    /// Rotation builds the new client from the issued cert and key before storing them: a pair
+    /// that cannot make a client fails there, and the store keeps the cert in use.
+    #[tokio::test]
+    async fn the_rotated_client_is_built_from_the_issued_pair() {
+        use crate::certificate::client::tests::kubeconfig;
+        use crate::certificate::verify::tests::{sign, v1_root, Key};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        v1_root(d, "ca", Key::Rsa);
+        sign(d, "old", "ca", Key::Ec, None, false);
+        sign(d, "new", "ca", Key::Ec, None, false);
+        sign(d, "other", "ca", Key::Ec, None, false);
+        // The kubeconfig names the old pair; the issued one replaces it.
+        let kc = kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "old.crt", "old.key");
+        let read = |n: &str| std::fs::read_to_string(d.join(n)).unwrap();
+        let issued = CertKey {
+            cert_pem: read("new.crt"),
+            key_pem: read("new.key"),
+        };
+        assert!(client_with_cert(&kc, &issued).await.is_ok());
+        let mismatched = CertKey {
+            cert_pem: read("new.crt"),
+            key_pem: read("other.key"),
+        };
+        let Err(e) = client_with_cert(&kc, &mismatched).await else {
+            panic!("a key of another certificate made a client");
+        };
+        assert!(
+            e.to_string().contains("does not belong to the certificate"),
+            "{e}"
+        );
     }
 
     #[test]
