@@ -200,8 +200,11 @@ async fn bootstrap_join_from_token_alone() {
         &format!("--cert-dir={}", cert_dir.display()),
         "--node-ip=127.0.0.1",
     ]);
-    // One read right after the apiserver's restart may fail (CI once got None here with the
-    // lease in place all along, as far as anything shows): the claim is the renewal below.
+    // The Lease may not exist yet: the node registers as Ready (its first status carries the
+    // conditions, as upstream's), so wait_ready can return before the Lease's first create, and
+    // the apiserver stopped right after. CI once read None here, just before the kubelet's
+    // log showed the Lease written, 0.3 s after the new cert was swapped in. The claim is the
+    // renewal below.
     let before = wait_until(Duration::from_secs(30), "the node's lease readable", || {
         cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
     });
