@@ -200,14 +200,9 @@ async fn bootstrap_join_from_token_alone() {
         &format!("--cert-dir={}", cert_dir.display()),
         "--node-ip=127.0.0.1",
     ]);
-    // The Lease may not exist yet: the node registers as Ready (its first status carries the
-    // conditions, as upstream's), so wait_ready can return before the Lease's first create, and
-    // the apiserver stopped right after. CI once read None here, just before the kubelet's
-    // log showed the Lease written, 0.3 s after the new cert was swapped in. The claim is the
-    // renewal below.
-    let before = wait_until(Duration::from_secs(30), "the node's lease readable", || {
-        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
-    });
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        .unwrap();
     wait_until(
         Duration::from_secs(30),
         "lease renewed after restart",
@@ -452,9 +447,14 @@ async fn expired_client_cert_is_renewed_with_bootstrap_credentials() {
     assert!(env
         .kubelet_log()
         .contains("current client certificate has expired; requesting a new one with the bootstrap credentials"));
-    let before = cp
-        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
-        .unwrap();
+    // The Lease may not exist yet: the node registers as Ready (its first status carries the
+    // conditions, as upstream's), so wait_ready can return before the Lease's first create, and
+    // the apiserver stopped right after. CI once read None here, just before the kubelet's
+    // log showed the Lease written, 0.3 s after the new cert was swapped in. The claim is the
+    // renewal below.
+    let before = wait_until(Duration::from_secs(30), "the node's lease readable", || {
+        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
+    });
     wait_until(
         Duration::from_secs(30),
         "lease renewed with the new cert",
