@@ -91,12 +91,16 @@ pub struct ServingCert(RwLock<Option<Arc<CertifiedKey>>>);
 
 impl ServingCert {
     pub fn set(&self, ck: &CertKey) -> Result<(), CertError> {
-        let key = Arc::new(certified(ck)?);
+        self.install(certified(ck)?);
+        Ok(())
+    }
+
+    fn install(&self, key: CertifiedKey) {
+        let key = Arc::new(key);
         match self.0.write() {
             Ok(mut c) => *c = Some(key),
             Err(poisoned) => *poisoned.into_inner() = Some(key),
         }
-        Ok(())
     }
 }
 
@@ -112,8 +116,8 @@ impl ResolvesServerCert for ServingCert {
 
 /// Which certificate a [`Rotation`] keeps fresh.
 pub enum Kind {
-    /// The client cert: after rotation the inner client is rebuilt from `kubeconfig` with the
-    /// store's current pem as credentials.
+    /// The client cert: at rotation a new inner client is built from `kubeconfig` with the
+    /// issued cert and key as credentials, before they are stored.
     Client {
         kubeconfig: PathBuf,
         slot: ClientSlot,
@@ -229,14 +233,22 @@ impl Rotation {
                 // would leave the old (maybe expired) cert in use with nothing asking for a
                 // new one. Upstream has no such step: its transport reads the current cert
                 // at each handshake.
-                let new = client_with_cert(kubeconfig, &ck).await?;
+                let new =
+                    client_with_cert(kubeconfig, &ck)
+                        .await
+                        .map_err(|e| CertError::Invalid {
+                            what: "the issued client certificate".into(),
+                            message: e.to_string(),
+                        })?;
                 let pem = self.store.update(&ck)?;
                 slot.swap(new);
                 info!(cert = %pem.display(), "rotated the client certificate; new requests use it");
             }
             Kind::Serving { cert, .. } => {
+                // Parsed before it is stored, as the client's above.
+                let key = certified(&ck)?;
                 let pem = self.store.update(&ck)?;
-                cert.set(&ck)?;
+                cert.install(key);
                 info!(cert = %pem.display(), "serving certificate issued; new connections use it");
             }
         }
