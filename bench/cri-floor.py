@@ -264,9 +264,10 @@ def median(xs):
 
 
 def summary(results):
-    """Ratios against the floor (bare: each sandbox where the runtime puts it by default) and, in
-    the last columns, against the floor whose pods have their own pod cgroups as a kubelet's do.
-    Each figure is the median over the rounds of its phase."""
+    """Ratios against the floor (bare: each sandbox where the runtime puts it by default), against
+    the floor whose pods have their own pod cgroups as a kubelet's do (floor+cg), and against the
+    floor that also sends rkubelet's sandbox and container configs (floor+shape). Each figure is
+    the median over the rounds of its phase."""
     raw = [json.loads(l) for l in open(results) if l.strip()]
     groups = {}
     for r in raw:

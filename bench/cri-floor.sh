@@ -11,8 +11,8 @@
 #      tears them down; then again with each pod in its own pod cgroup given as the sandbox's
 #      cgroup parent, as a kubelet makes them (`--pod-cgroups`, under $FLOOR_CGROUP_ROOT); then
 #      again sending the sandbox and container configs rkubelet sends for the same manifest, built
-#      by rkubelet's own code (`--kubelet-shape`: DNS, seccomp, the hosts and termination-log
-#      mounts, masked paths): the runtime's work for rkubelet's exact pods, "floor+shape";
+#      by rkubelet's config builders (`--kubelet-shape`: DNS, seccomp, the hosts and termination-log
+#      mounts, masked paths): the runtime's work for rkubelet's pods, "floor+shape";
 #   2. rkubelet standalone (no --kubeconfig, no API server work on the same cores), static pods:
 #      N manifests renamed into staticPodPath at once, polled on /pods;
 #   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events);

@@ -1,5 +1,11 @@
-//! `--kubelet-shape`: the floor's pods sent with the very configs rkubelet sends for them, built
-//! by rkubelet's own builders from the manifest `bench/cri-floor.py` writes for its static pods.
+//! `--kubelet-shape`: the floor's pods sent with the configs rkubelet sends for them, built by
+//! rkubelet's own `sandbox_config` and `container_config` from a copy of the manifest
+//! `bench/cri-floor.py` writes for its static pods. The container options rkubelet's sync
+//! gathers (`run_options::generate`, which needs a whole kubelet) are filled in here with the
+//! values it gives these pods: no environment (the standalone phase has no services; a node's
+//! seven KUBERNETES_* variables would add nothing the runtime works for), the hosts file once
+//! the pod has an IP, the termination-log file, the BestEffort OOM score, CFS quota on. Only the
+//! names differ (`floor-NNN-floor` rather than `st-NNN-floorbench`, the floor's own UIDs).
 //!
 //! The plain floor's sandbox and container are minimal (no DNS config, no seccomp, no mounts).
 //! rkubelet's are what upstream's `generatePodSandboxConfig` and `generateContainerConfig` make:
@@ -34,7 +40,7 @@ const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 
 /// What the shaped pods share: the kubelet-like root directory their files go under, and the
 /// node's DNS as rkubelet reads it with its defaults (`resolvConf: /etc/resolv.conf`, no
-/// `clusterDNS`: ClusterFirst falls back to the host's, as upstream).
+/// `clusterDNS`: ClusterFirst falls back to the host's, as upstream; no `clusterDomain`).
 pub struct Shape {
     root_dir: PathBuf,
     dns: DnsSettings,
@@ -49,7 +55,7 @@ impl Shape {
             dns: DnsSettings {
                 host,
                 cluster_dns: Vec::new(),
-                cluster_domain: "cluster.local".into(),
+                cluster_domain: String::new(),
                 no_resolv_conf: false,
             },
         })
@@ -60,7 +66,7 @@ impl Shape {
     pub fn pod(&self, name: &str, uid: &str, image: &str) -> Result<Pod> {
         let manifest = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "floor", "uid": uid},
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
             "spec": {"terminationGracePeriodSeconds": 5, "containers": [
                 {"name": "sleep", "image": image, "imagePullPolicy": "IfNotPresent",
                  "command": ["sh", "-c", COMMAND]}]}
@@ -96,13 +102,19 @@ impl Shape {
         tokio::fs::create_dir_all(&pod_dir)
             .await
             .with_context(|| format!("create {}", pod_dir.display()))?;
-        let ips = [ip.to_string()];
-        let hosts = kubelet::hosts::make_hosts_mount(&pod_dir, pod, &ips, &self.dns.cluster_domain)
-            .await
-            .with_context(|| format!("write the hosts file in {}", pod_dir.display()))?;
+        // As rkubelet: the managed hosts file once the pod has an IP.
+        let mut mounts = Vec::new();
+        if !ip.is_empty() {
+            let ips = [ip.to_string()];
+            mounts.push(
+                kubelet::hosts::make_hosts_mount(&pod_dir, pod, &ips, &self.dns.cluster_domain)
+                    .await
+                    .with_context(|| format!("write the hosts file in {}", pod_dir.display()))?,
+            );
+        }
         let opts = RunContainerOptions {
             envs: Vec::new(),
-            mounts: vec![hosts],
+            mounts,
             devices: Vec::new(),
             image_user: ImageUser::from_image(image),
             seccomp_root: self.root_dir.join("seccomp"),
