@@ -322,15 +322,15 @@ def summary(results):
             assert len(rs) == len(base), f"N={n} {kind}: {len(rs)} rounds, its floor {len(base)}"
             return [r.get(key) / b.get(base_key) for r, b in zip(rs, base)
                     if r.get(key) is not None and b.get(base_key)]
-        each = " ".join(f"{x:4.2f}" for x in paired("s50", fc, "p50"))
         # Runs from before the shaped floor existed have none: its columns stay empty.
-        each_sh = " ".join(f"{x:4.2f}" for x in paired("s50", fs, "p50")) if fs else "-"
-        sh50 = median(paired("s50", fs, "p50")) if fs else None
-        shall = median(paired("sall", fs, "all")) if fs else None
+        fl50, flall = paired("s50", fl, "p50"), paired("sall", fl, "all")
+        fc50, fcall = paired("s50", fc, "p50"), paired("sall", fc, "all")
+        fs50, fsall = (paired("s50", fs, "p50"), paired("sall", fs, "all")) if fs else ([], [])
+        each = lambda xs: " ".join(f"{x:4.2f}" for x in xs) or "-"
         print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |"
-              f"                {f(median(paired('s50', fl, 'p50')))} {f(median(paired('sall', fl, 'all')))} |"
-              f"                   {f(median(paired('s50', fc, 'p50')))} {f(median(paired('sall', fc, 'all')))} |"
-              f"              {f(sh50)} {f(shall)} | {each}; {each_sh}")
+              f"                {f(median(fl50))} {f(median(flall))} |"
+              f"                   {f(median(fc50))} {f(median(fcall))} |"
+              f"              {f(median(fs50))} {f(median(fsall))} | {each(fc50)}; {each(fs50)}")
     print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
           " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
           " the floor's own client)")

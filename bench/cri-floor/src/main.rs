@@ -231,11 +231,11 @@ async fn start_pod(
     let name = format!("floor-{i:03}");
     let uid = pod_uid(i);
     // Shaped: the pod and its sandbox config as rkubelet makes them (`shape`).
-    let (pod, mut config) = match &shape {
+    let (shaped, mut config) = match shape {
         Some(sh) => {
             let pod = sh.pod(&name, &uid, &image)?;
             let config = sh.sandbox_config(&pod, &logs_root)?;
-            (Some(pod), config)
+            (Some((sh, pod)), config)
         }
         None => {
             let dir = logs_root.join(format!("floor_{name}_{uid}"));
@@ -303,12 +303,12 @@ async fn start_pod(
 
     let s = Instant::now();
     tokio::fs::create_dir_all(logs_dir.join("sleep")).await?;
-    let container = match (&shape, &pod) {
-        (Some(sh), Some(pod)) => {
+    let container = match &shaped {
+        Some((sh, pod)) => {
             sh.container_config(pod, &image_ref, present.as_ref(), &ip)
                 .await?
         }
-        _ => plain_container(image_ref, image),
+        None => plain_container(image_ref, image),
     };
     t.container_id = cri
         .create_container(api::CreateContainerRequest {
@@ -515,10 +515,14 @@ async fn main() -> Result<()> {
         bail!("no pod started");
     }
     let (p50, p99) = (pct(&run, 50), pct(&run, 99));
-    let how = match (&pod_cgroups, &shape) {
-        (Some(_), Some(_)) => ", each in its pod cgroup, with rkubelet's configs",
-        (Some(_), None) => ", each in its pod cgroup",
-        _ => "",
+    // The phase's kind in the JSON (cri-floor.py's summary groups by it) and its title.
+    let (kind, how) = match (&pod_cgroups, &shape) {
+        (Some(_), Some(_)) => (
+            "floor+shape",
+            ", each in its pod cgroup, with rkubelet's configs",
+        ),
+        (Some(_), None) => ("floor+cg", ", each in its pod cgroup"),
+        _ => ("floor", ""),
     };
     println!(
         "=== floor: N = {} pods straight on the CRI{how} ===",
@@ -556,11 +560,6 @@ async fn main() -> Result<()> {
     }
     if let Some(path) = &a.json {
         use std::io::Write;
-        let kind = match (&pod_cgroups, &shape) {
-            (Some(_), Some(_)) => "floor+shape",
-            (Some(_), None) => "floor+cg",
-            _ => "floor",
-        };
         let line = serde_json::json!({
             "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
             "cgroups": pod_cgroups.is_some(), "kind": kind, "busy": busy, "cpu_runtime": runtime,
