@@ -223,13 +223,14 @@ async fn bootstrap_join_from_token_alone() {
 /// signer backdates notBefore by 5 minutes, so the cert lives 150 s from issuance and the kubelet's
 /// 70-90% deadline (upstream's jitter, no test-only switch) falls 15-105 s after issuance. The test
 /// then waits past the first cert's expiry: the node can only keep renewing its lease if new
-/// requests use the new cert.
+/// requests use the new cert. Then it restarts the kubelet on a kubeconfig embedding the expired
+/// first pair: only the cert dir's rotated pair lets it renew the lease.
 #[tokio::test]
 async fn short_lived_client_cert_is_rotated_while_pod_runs() {
     let cp = ControlPlane::up("boot2");
     cp.start_controller_manager(&["--cluster-signing-duration=450s"]);
     let mut env = Env::new(252);
-    let (_, cert_dir) = start_bootstrapping(&cp, &mut env, &["--rotate-certificates"]);
+    let (kubeconfig, cert_dir) = start_bootstrapping(&cp, &mut env, &["--rotate-certificates"]);
     wait_ready(&cp, &env.node);
     let first = issued(&cert_dir, "kubelet-client");
     assert_eq!(first.len(), 1, "{first:?}");
@@ -292,6 +293,64 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
         !log.contains("certificate has expired"),
         "{}",
         tail(&log, 40)
+    );
+    assert_eq!(
+        running_container(&cp, "steady"),
+        Some((container.clone(), 0))
+    );
+
+    // A restart whose kubeconfig embeds the first, now expired, pair as data (as kubeadm's first
+    // kubelet.conf does) and with no bootstrap kubeconfig: as upstream's, the kubelet starts with
+    // the cert dir's rotated pair, so the node keeps renewing its lease and the pod is adopted.
+    env.stop_kubelet(nix::sys::signal::Signal::SIGTERM);
+    let first_pem = std::fs::read_to_string(&first[0]).unwrap();
+    let end = "-----END CERTIFICATE-----";
+    let split = first_pem
+        .rfind(end)
+        .expect("a certificate in the first pair")
+        + end.len();
+    let (cert_pem, key_pem) = first_pem.split_at(split);
+    let b64 = |s: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(s.trim())
+    };
+    let written = std::fs::read_to_string(&kubeconfig).unwrap();
+    let mut embedded = String::new();
+    for line in written.lines() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        if line.trim_start().starts_with("client-certificate:") {
+            embedded += &format!("{indent}client-certificate-data: {}\n", b64(cert_pem));
+        } else if line.trim_start().starts_with("client-key:") {
+            embedded += &format!("{indent}client-key-data: {}\n", b64(key_pem));
+        } else {
+            embedded += &format!("{line}\n");
+        }
+    }
+    assert!(embedded.contains("client-key-data"), "{written}");
+    let embedded_path = env.dir.join("kubelet-embedded.conf");
+    std::fs::write(&embedded_path, embedded).unwrap();
+    let before = cp
+        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        .unwrap();
+    env.start_kubelet_with(&[
+        &format!("--kubeconfig={}", embedded_path.display()),
+        &format!("--cert-dir={}", cert_dir.display()),
+        "--node-ip=127.0.0.1",
+        "--rotate-certificates",
+    ]);
+    wait_until(
+        Duration::from_secs(60),
+        "lease renewed after a restart with an expired embedded cert",
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+        },
+    );
+    assert!(
+        env.kubelet_log()
+            .contains("using the rotated client certificate from the cert dir"),
+        "{}",
+        tail(&env.kubelet_log(), 40)
     );
     assert_eq!(running_container(&cp, "steady"), Some((container, 0)));
     // The API still reaches the node with the pod's status updates: delete goes through.

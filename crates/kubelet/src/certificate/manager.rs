@@ -256,6 +256,19 @@ impl Rotation {
     }
 }
 
+/// The client a restarted kubelet starts with when rotation is on: `kubeconfig`'s cluster with the
+/// store's current pair, or None when the store has none (upstream `NewFileStore`'s `Current`:
+/// the store's pair first, then the kubeconfig's).
+pub async fn client_from_store(
+    kubeconfig: &std::path::Path,
+    store: &Store,
+) -> Result<Option<kube::Client>, CertError> {
+    match store.load()? {
+        Some(ck) => client_with_cert(kubeconfig, &ck).await.map(Some),
+        None => Ok(None),
+    }
+}
+
 /// A client from `kubeconfig` whose credentials are `ck`, given as data (the kubeconfig's own
 /// client-certificate and client-key, files or data, are replaced).
 async fn client_with_cert(
@@ -338,6 +351,41 @@ mod tests {
             e.to_string().contains("does not belong to the certificate"),
             "{e}"
         );
+    }
+
+    /// A restart with rotation on takes the store's pair when there is one; an empty store leaves
+    /// the kubeconfig's credentials, and a broken pair is an error naming the kubeconfig.
+    #[tokio::test]
+    async fn a_restart_uses_the_stored_pair() {
+        use crate::certificate::client::tests::kubeconfig;
+        use crate::certificate::verify::tests::{sign, v1_root, Key};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        v1_root(d, "ca", Key::Rsa);
+        sign(d, "old", "ca", Key::Ec, None, false);
+        sign(d, "new", "ca", Key::Ec, None, false);
+        sign(d, "other", "ca", Key::Ec, None, false);
+        let kc = kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "old.crt", "old.key");
+        let store = Store::client(&d.join("pki"));
+        assert!(client_from_store(&kc, &store).await.unwrap().is_none());
+        let read = |n: &str| std::fs::read_to_string(d.join(n)).unwrap();
+        store
+            .update(&CertKey {
+                cert_pem: read("new.crt"),
+                key_pem: read("new.key"),
+            })
+            .unwrap();
+        assert!(client_from_store(&kc, &store).await.unwrap().is_some());
+        store
+            .update(&CertKey {
+                cert_pem: read("new.crt"),
+                key_pem: read("other.key"),
+            })
+            .unwrap();
+        let Err(e) = client_from_store(&kc, &store).await else {
+            panic!("a stored key of another certificate made a client");
+        };
+        assert!(e.to_string().contains(&kc.display().to_string()), "{e}");
     }
 
     #[test]

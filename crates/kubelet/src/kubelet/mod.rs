@@ -135,10 +135,25 @@ async fn api_client(
             r = bootstrap::load_client_cert(kubeconfig, boot, &cert_dir, &cfg.node_name) => { r?; }
         }
     }
-    let client = kube_client(kubeconfig).await?;
     if !cfg.rotate_certificates {
-        return Ok(Some(client));
+        return Ok(Some(kube_client(kubeconfig).await?));
     }
+    // Upstream's client cert manager reads its file store first (`kubelet-client-current.pem`),
+    // then the kubeconfig's pair: after a rotation the store holds the cert in use, while a
+    // kubeconfig with embedded data (kubeadm's first kubelet.conf) still holds the first one,
+    // expired in time. Rotation also judges expiry by the store, so both must agree.
+    let store = crate::certificate::Store::client(&cert_dir);
+    let client = match manager::client_from_store(kubeconfig, &store).await {
+        Ok(Some(client)) => {
+            info!(cert = %store.current_path().display(), "using the rotated client certificate from the cert dir");
+            client
+        }
+        Ok(None) => kube_client(kubeconfig).await?,
+        Err(e) => {
+            warn!(error = %e, kubeconfig = %kubeconfig.display(), "the cert dir's client certificate is unusable; using the kubeconfig's");
+            kube_client(kubeconfig).await?
+        }
+    };
     let (client, slot) = manager::ClientSlot::new(client);
     let rotation = manager::Rotation {
         kind: manager::Kind::Client {
@@ -146,7 +161,7 @@ async fn api_client(
             slot,
             bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
         },
-        store: crate::certificate::Store::client(&cert_dir),
+        store,
         client: client.clone(),
         node_name: cfg.node_name.clone(),
         initial_cert_pem: bootstrap::kubeconfig_client_cert(kubeconfig).ok().flatten(),
