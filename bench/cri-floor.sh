@@ -15,7 +15,8 @@
 #      mounts, masked paths): the runtime's work for rkubelet's pods, "floor+shape";
 #   2. rkubelet standalone (no --kubeconfig, no API server work on the same cores), static pods:
 #      N manifests renamed into staticPodPath at once, polled on /pods;
-#   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events);
+#   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events),
+#      their mirror pods watched on the apiserver;
 #   4. rkubelet, API pods: N pods POSTed (one client, as fast as it goes), watched on the apiserver.
 # Same image (rkubelet.local/busybox:1.35, already imported), same command, grace 5 s.
 # "started" is rkubelet's `"started container"` log line (the moment the floor's StartContainer
