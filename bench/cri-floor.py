@@ -337,6 +337,7 @@ def summary(results):
     print("\n=== paired ratios: median over rounds of (rkubelet's started figure / the same round's floor) ===")
     print("     N kind     rounds | vs floor started: p50   all | vs floor+cg started: p50   all"
           " | vs floor+shape: p50   all | each round's p50 vs floor+cg; vs floor+shape")
+    gone_rows = []
     for (n, kind), rs in groups.items():
         if kind.startswith("floor"):
             continue
@@ -352,11 +353,21 @@ def summary(results):
         fl50, flall = paired("s50", fl, "p50"), paired("sall", fl, "all")
         fc50, fcall = paired("s50", fc, "p50"), paired("sall", fc, "all")
         fs50, fsall = (paired("s50", fs, "p50"), paired("sall", fs, "all")) if fs else ([], [])
+        # Delete: rkubelet's "gone" (last DELETE sent or manifest removed -> the runtime has no
+        # container left) over the floor's teardown (StopContainer, StopPodSandbox,
+        # RemovePodSandbox for all pods at once).
+        gone = (paired("gone", fs, "gone") if fs else []) or paired("gone", fc, "gone")
+        gone_rows.append((n, kind, len(rs), "floor+shape" if fs else "floor+cg", gone))
         each = lambda xs: " ".join(f"{x:4.2f}" for x in xs) or "-"
         print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |"
               f"                {f(median(fl50))} {f(median(flall))} |"
               f"                   {f(median(fc50))} {f(median(fcall))} |"
               f"              {f(median(fs50))} {f(median(fsall))} | {each(fc50)}; {each(fs50)}")
+    print("\n=== paired delete: median over rounds of (rkubelet's delete -> no containers left"
+          " / the same round's floor teardown) ===")
+    for n, kind, k, base, gone in gone_rows:
+        each = " ".join(f"{x:4.2f}" for x in gone) or "-"
+        print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each}")
     print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
           " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
           " the floor's own client)")
