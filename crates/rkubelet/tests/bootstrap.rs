@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
+use rkubelet_cri::api;
 use serde_json::Value;
 
 fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
@@ -346,11 +347,34 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
             (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
         },
     );
+    let log = env.last_kubelet_log();
     assert!(
-        env.kubelet_log()
-            .contains("using the rotated client certificate from the cert dir"),
+        log.contains("using the client certificate in the cert dir"),
         "{}",
-        tail(&env.kubelet_log(), 40)
+        tail(&log, 40)
+    );
+    // Adopted, not restarted: once the new kubelet has the pod from the API and has synced it,
+    // the runtime still has its one container, running.
+    wait_until(
+        Duration::from_secs(30),
+        "the new kubelet has the pod",
+        || {
+            env.last_kubelet_log()
+                .contains(r#""pod added" pod="default/steady""#)
+                .then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let uid = cp.get_json(&["pod", "steady"]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let in_runtime = env.containers_of(&uid).await;
+    assert_eq!(in_runtime.len(), 1, "{in_runtime:?}");
+    assert_eq!(format!("containerd://{}", in_runtime[0].id), container);
+    assert_eq!(
+        in_runtime[0].state,
+        api::ContainerState::ContainerRunning as i32
     );
     assert_eq!(running_container(&cp, "steady"), Some((container, 0)));
     // The API still reaches the node with the pod's status updates: delete goes through.

@@ -139,18 +139,24 @@ pub struct Rotation {
     /// The client that sends the CSRs (the kubelet's own, so the node identity asks).
     pub client: kube::Client,
     pub node_name: String,
-    /// The cert to rotate when the store has none yet (a kubeconfig's embedded client cert).
+    /// Client: the cert the client started with (the cert dir's, or the kubeconfig's), judged
+    /// for renewal and expiry until the first rotation replaces it; tracking the cert in use
+    /// rather than the store keeps the two in step when start-up fell back to the kubeconfig.
+    /// Serving: the cert to rotate when the store has none (None: request one at once).
     pub initial_cert_pem: Option<Vec<u8>>,
 }
 
 impl Rotation {
     pub async fn run(self, cancel: CancellationToken) {
         let mut retry = RETRY.retry();
+        // The client's cert in use: the one it started with, then each one issued.
+        let mut client_cert = self.initial_cert_pem.clone();
         loop {
-            let current = match self.store.load() {
-                Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
-                Ok(None) => self.initial_cert_pem.clone(),
-                Err(e) => {
+            let current = match (&self.kind, self.store.load()) {
+                (Kind::Client { .. }, _) => client_cert.clone(),
+                (Kind::Serving { .. }, Ok(Some(ck))) => Some(ck.cert_pem.into_bytes()),
+                (Kind::Serving { .. }, Ok(None)) => self.initial_cert_pem.clone(),
+                (Kind::Serving { .. }, Err(e)) => {
                     warn!(error = %e, "cannot read the current certificate; requesting a new one");
                     None
                 }
@@ -178,8 +184,11 @@ impl Rotation {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
             }
-            match self.rotate().await {
-                Ok(()) => retry.reset(),
+            match self.rotate(current.as_deref()).await {
+                Ok(issued) => {
+                    retry.reset();
+                    client_cert = Some(issued);
+                }
                 Err(e) => {
                     let delay = retry.next_delay();
                     warn!(error = %e, retry_in = ?delay, "certificate rotation failed");
@@ -191,22 +200,17 @@ impl Rotation {
         }
     }
 
-    /// Whether the cert in use has expired (no cert at all counts as expired).
-    fn current_expired(&self) -> bool {
-        let pem = match self.store.load() {
-            Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
-            _ => self.initial_cert_pem.clone(),
-        };
-        !pem.is_some_and(|p| super::all_unexpired(&p, SystemTime::now()))
-    }
-
-    async fn rotate(&self) -> Result<(), CertError> {
+    /// Requests a new cert for `current` (the cert in use; None: there is none) and puts it in
+    /// place; returns the issued cert.
+    async fn rotate(&self, current: Option<&[u8]>) -> Result<Vec<u8>, CertError> {
+        // No cert at all counts as expired.
+        let expired = !current.is_some_and(|p| super::all_unexpired(p, SystemTime::now()));
         let key = rcgen::KeyPair::generate()?;
         let (client, request) = match &self.kind {
             Kind::Client {
                 bootstrap_kubeconfig: Some(boot),
                 ..
-            } if self.current_expired() => {
+            } if expired => {
                 info!(bootstrap_kubeconfig = %boot.display(), "current client certificate has expired; requesting a new one with the bootstrap credentials");
                 (
                     super::bootstrap::client_from(boot).await?,
@@ -252,21 +256,45 @@ impl Rotation {
                 info!(cert = %pem.display(), "serving certificate issued; new connections use it");
             }
         }
-        Ok(())
+        Ok(ck.cert_pem.into_bytes())
     }
 }
 
-/// The client a restarted kubelet starts with when rotation is on: `kubeconfig`'s cluster with the
-/// store's current pair, or None when the store has none (upstream `NewFileStore`'s `Current`:
-/// the store's pair first, then the kubeconfig's).
+/// What the cert dir offers a kubelet starting with rotation on.
+pub enum StoredPair {
+    /// No `kubelet-client-current.pem`.
+    None,
+    /// Its cert has expired: the kubeconfig's credentials are used, as upstream
+    /// (`getCurrentCertificateOrBootstrap` skips an expired store pair).
+    Expired,
+    /// `kubeconfig`'s cluster with the stored pair, and the stored cert.
+    Usable(kube::Client, Vec<u8>),
+}
+
+/// The client a restarted kubelet starts with when rotation is on (upstream's client cert
+/// manager: the file store's unexpired pair first, then the kubeconfig's). After a rotation the
+/// store holds the cert in use, while a kubeconfig with embedded data (kubeadm's first
+/// kubelet.conf) still holds the first one. A pair that cannot be read or cannot make a client
+/// is an error, naming the file; the caller falls back to the kubeconfig (upstream refuses to
+/// start), and rotation, judging the cert in use, replaces the pair in time.
 pub async fn client_from_store(
     kubeconfig: &std::path::Path,
     store: &Store,
-) -> Result<Option<kube::Client>, CertError> {
-    match store.load()? {
-        Some(ck) => client_with_cert(kubeconfig, &ck).await.map(Some),
-        None => Ok(None),
+    now: SystemTime,
+) -> Result<StoredPair, CertError> {
+    let Some(ck) = store.load()? else {
+        return Ok(StoredPair::None);
+    };
+    if !super::all_unexpired(ck.cert_pem.as_bytes(), now) {
+        return Ok(StoredPair::Expired);
     }
+    let client = client_with_cert(kubeconfig, &ck)
+        .await
+        .map_err(|e| CertError::Invalid {
+            what: store.current_path().display().to_string(),
+            message: e.to_string(),
+        })?;
+    Ok(StoredPair::Usable(client, ck.cert_pem.into_bytes()))
 }
 
 /// A client from `kubeconfig` whose credentials are `ck`, given as data (the kubeconfig's own
@@ -353,8 +381,8 @@ mod tests {
         );
     }
 
-    /// A restart with rotation on takes the store's pair when there is one; an empty store leaves
-    /// the kubeconfig's credentials, and a broken pair is an error naming the kubeconfig.
+    /// A restart with rotation on takes the store's unexpired pair; an empty store or an expired
+    /// pair leaves the kubeconfig's credentials, and a broken pair is an error naming its file.
     #[tokio::test]
     async fn a_restart_uses_the_stored_pair() {
         use crate::certificate::client::tests::kubeconfig;
@@ -367,7 +395,11 @@ mod tests {
         sign(d, "other", "ca", Key::Ec, None, false);
         let kc = kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "old.crt", "old.key");
         let store = Store::client(&d.join("pki"));
-        assert!(client_from_store(&kc, &store).await.unwrap().is_none());
+        let now = SystemTime::now();
+        assert!(matches!(
+            client_from_store(&kc, &store, now).await,
+            Ok(StoredPair::None)
+        ));
         let read = |n: &str| std::fs::read_to_string(d.join(n)).unwrap();
         store
             .update(&CertKey {
@@ -375,17 +407,26 @@ mod tests {
                 key_pem: read("new.key"),
             })
             .unwrap();
-        assert!(client_from_store(&kc, &store).await.unwrap().is_some());
+        match client_from_store(&kc, &store, now).await {
+            Ok(StoredPair::Usable(_, pem)) => assert_eq!(pem, read("new.crt").into_bytes()),
+            _ => panic!("the stored pair was not used"),
+        }
+        // The same pair 11 days on: "new" was signed for 10.
+        let later = now + Duration::from_secs(11 * 24 * 3600);
+        assert!(matches!(
+            client_from_store(&kc, &store, later).await,
+            Ok(StoredPair::Expired)
+        ));
         store
             .update(&CertKey {
                 cert_pem: read("new.crt"),
                 key_pem: read("other.key"),
             })
             .unwrap();
-        let Err(e) = client_from_store(&kc, &store).await else {
+        let Err(e) = client_from_store(&kc, &store, now).await else {
             panic!("a stored key of another certificate made a client");
         };
-        assert!(e.to_string().contains(&kc.display().to_string()), "{e}");
+        assert!(e.to_string().contains("kubelet-client-current.pem"), "{e}");
     }
 
     #[test]

@@ -138,20 +138,34 @@ async fn api_client(
     if !cfg.rotate_certificates {
         return Ok(Some(kube_client(kubeconfig).await?));
     }
-    // Upstream's client cert manager reads its file store first (`kubelet-client-current.pem`),
-    // then the kubeconfig's pair: after a rotation the store holds the cert in use, while a
-    // kubeconfig with embedded data (kubeadm's first kubelet.conf) still holds the first one,
-    // expired in time. Rotation also judges expiry by the store, so both must agree.
+    // Upstream's client cert manager takes the cert dir's unexpired pair before the kubeconfig's:
+    // after a rotation the cert dir holds the cert in use, while a kubeconfig with embedded data
+    // (kubeadm's first kubelet.conf) still holds the first one, expired in time.
     let store = crate::certificate::Store::client(&cert_dir);
-    let client = match manager::client_from_store(kubeconfig, &store).await {
-        Ok(Some(client)) => {
-            info!(cert = %store.current_path().display(), "using the rotated client certificate from the cert dir");
-            client
+    let cert = store.current_path();
+    let from_kubeconfig = || async {
+        let cert_pem = bootstrap::kubeconfig_client_cert(kubeconfig).ok().flatten();
+        Ok::<_, KubeletError>((kube_client(kubeconfig).await?, cert_pem))
+    };
+    let (client, cert_pem) = match manager::client_from_store(
+        kubeconfig,
+        &store,
+        std::time::SystemTime::now(),
+    )
+    .await
+    {
+        Ok(manager::StoredPair::Usable(client, cert_pem)) => {
+            info!(cert = %cert.display(), "using the client certificate in the cert dir");
+            (client, Some(cert_pem))
         }
-        Ok(None) => kube_client(kubeconfig).await?,
+        Ok(manager::StoredPair::None) => from_kubeconfig().await?,
+        Ok(manager::StoredPair::Expired) => {
+            warn!(cert = %cert.display(), kubeconfig = %kubeconfig.display(), "the cert dir's client certificate has expired; using the kubeconfig's");
+            from_kubeconfig().await?
+        }
         Err(e) => {
             warn!(error = %e, kubeconfig = %kubeconfig.display(), "the cert dir's client certificate is unusable; using the kubeconfig's");
-            kube_client(kubeconfig).await?
+            from_kubeconfig().await?
         }
     };
     let (client, slot) = manager::ClientSlot::new(client);
@@ -164,7 +178,7 @@ async fn api_client(
         store,
         client: client.clone(),
         node_name: cfg.node_name.clone(),
-        initial_cert_pem: bootstrap::kubeconfig_client_cert(kubeconfig).ok().flatten(),
+        initial_cert_pem: cert_pem,
     };
     tasks.spawn(
         rotation

@@ -273,6 +273,11 @@ impl Env {
         self.dir.join(format!("rkubelet-{run}.log"))
     }
 
+    /// What the latest rkubelet run of this test logged.
+    pub fn last_kubelet_log(&self) -> String {
+        std::fs::read_to_string(self.kubelet_log_path(self.runs)).unwrap_or_default()
+    }
+
     /// Everything every rkubelet run of this test logged.
     pub fn kubelet_log(&self) -> String {
         (1..=self.runs)
