@@ -216,20 +216,21 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
     deadline = t0 + 120 + 3 * n
     if watch:
         running = watch.wait_running(sent, deadline)
-    while not watch and len(running) < n and time.monotonic() < deadline:
-        try:
-            items = pods()
-        except OSError:
-            items = []
-        now = time.monotonic()
-        for p in items:
-            nm = p["metadata"]["name"].removesuffix(f"-{node}")
-            st = p.get("status") or {}
-            cs = st.get("containerStatuses") or []
-            if nm in sent and nm not in running and st.get("phase") == "Running" and cs \
-                    and all(c.get("ready") for c in cs):
-                running[nm] = now
-        time.sleep(0.05)
+    else:
+        while len(running) < n and time.monotonic() < deadline:
+            try:
+                items = pods()
+            except OSError:
+                items = []
+            now = time.monotonic()
+            for p in items:
+                nm = p["metadata"]["name"].removesuffix(f"-{node}")
+                st = p.get("status") or {}
+                cs = st.get("containerStatuses") or []
+                if nm in sent and nm not in running and st.get("phase") == "Running" and cs \
+                        and all(c.get("ready") for c in cs):
+                    running[nm] = now
+            time.sleep(0.05)
     t_all = max(running.values()) - t0 if len(running) >= n else None
     cpu1, api1 = cpu_use.reading(KUBELET_PID), cpu_use.api_requests()
     cri1 = cri_counts()
@@ -338,6 +339,7 @@ def summary(results):
     print("     N kind     rounds | vs floor started: p50   all | vs floor+cg started: p50   all"
           " | vs floor+shape: p50   all | each round's p50 vs floor+cg; vs floor+shape")
     gone_rows = []
+    each = lambda xs: " ".join(f"{x:4.2f}" for x in xs) or "-"
     for (n, kind), rs in groups.items():
         if kind.startswith("floor"):
             continue
@@ -358,7 +360,6 @@ def summary(results):
         # RemovePodSandbox for all pods at once).
         gone = (paired("gone", fs, "gone") if fs else []) or paired("gone", fc, "gone")
         gone_rows.append((n, kind, len(rs), "floor+shape" if fs else "floor+cg", gone))
-        each = lambda xs: " ".join(f"{x:4.2f}" for x in xs) or "-"
         print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |"
               f"                {f(median(fl50))} {f(median(flall))} |"
               f"                   {f(median(fc50))} {f(median(fcall))} |"
@@ -366,8 +367,7 @@ def summary(results):
     print("\n=== paired delete: median over rounds of (rkubelet's delete -> no containers left"
           " / the same round's floor teardown) ===")
     for n, kind, k, base, gone in gone_rows:
-        each = " ".join(f"{x:4.2f}" for x in gone) or "-"
-        print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each}")
+        print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each(gone)}")
     print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
           " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
           " the floor's own client)")

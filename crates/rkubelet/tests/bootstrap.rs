@@ -307,12 +307,7 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
         .as_str()
         .unwrap()
         .to_string();
-    let sandboxes_before: Vec<String> = env
-        .sandboxes_of(&uid)
-        .await
-        .into_iter()
-        .map(|s| s.id)
-        .collect();
+    let sandboxes_before = env.sandbox_ids(&uid).await;
     assert_eq!(sandboxes_before.len(), 1, "{sandboxes_before:?}");
     env.stop_kubelet(nix::sys::signal::Signal::SIGTERM);
     let first_pem = std::fs::read_to_string(&first[0]).unwrap();
@@ -384,12 +379,7 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
             in_runtime[0].state,
             api::ContainerState::ContainerRunning as i32
         );
-        let sandboxes: Vec<String> = env
-            .sandboxes_of(&uid)
-            .await
-            .into_iter()
-            .map(|s| s.id)
-            .collect();
+        let sandboxes = env.sandbox_ids(&uid).await;
         assert_eq!(sandboxes, sandboxes_before);
         std::thread::sleep(Duration::from_secs(1));
     }

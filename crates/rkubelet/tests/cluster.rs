@@ -180,21 +180,11 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
     assert_eq!(crasher["status"]["phase"], "Running");
 
     // A kubelet restart adopts the containers and creates no duplicates.
-    let before: Vec<_> = env
-        .containers_of(&uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let before = env.container_ids(&uid).await;
     env.stop_kubelet(Signal::SIGKILL);
     env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let after: Vec<_> = env
-        .containers_of(&uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let after = env.container_ids(&uid).await;
     assert_eq!(before, after);
     assert_eq!(
         cp.get_json(&["pods"]).unwrap()["items"]
@@ -272,12 +262,7 @@ async fn static_pods_have_mirror_pods_that_come_back() {
     assert_eq!(owner["controller"], true);
     assert!(mirror["status"]["podIP"].as_str().is_some(), "{mirror}");
     let static_uid = env.wait_running("web").metadata.uid.unwrap();
-    let containers: Vec<_> = env
-        .containers_of(&static_uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let containers = env.container_ids(&static_uid).await;
     assert_eq!(containers.len(), 1);
 
     // Deleting the mirror pod in the API re-creates it and leaves the static pod alone.
@@ -294,12 +279,7 @@ async fn static_pods_have_mirror_pods_that_come_back() {
         annotation(&again, "kubernetes.io/config.mirror"),
         Some(hash)
     );
-    let now: Vec<_> = env
-        .containers_of(&static_uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let now = env.container_ids(&static_uid).await;
     assert_eq!(
         containers, now,
         "deleting the mirror must not touch the static pod"
@@ -342,12 +322,7 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
         (p["status"]["phase"] == "Running" && f["status"]["phase"] == "Running").then_some(p)
     });
     let uid = steady["metadata"]["uid"].as_str().unwrap().to_string();
-    let before: Vec<_> = env
-        .containers_of(&uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let before = env.container_ids(&uid).await;
     let lease_before = wait_json("lease", Duration::from_secs(20), || {
         cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
     })["spec"]["renewTime"]
@@ -358,12 +333,7 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
     cp.stop_apiserver();
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(env.kubelet_alive(), "rkubelet died without its apiserver");
-    let during: Vec<_> = env
-        .containers_of(&uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let during = env.container_ids(&uid).await;
     assert_eq!(
         before, during,
         "pods must keep running while the apiserver is away"
@@ -390,12 +360,7 @@ async fn apiserver_outage_keeps_pods_running_and_rkubelet_recovers() {
         let n = cp.get_json(&["node", &env.node])?;
         (condition(&n, "Ready")?["status"] == "True").then_some(n)
     });
-    let after: Vec<_> = env
-        .containers_of(&uid)
-        .await
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let after = env.container_ids(&uid).await;
     assert_eq!(before, after);
 }
 

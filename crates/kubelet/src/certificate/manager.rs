@@ -348,20 +348,26 @@ mod tests {
         assert_eq!(client.request_text(get()).await.unwrap(), "new");
     }
 
+    /// In `d`: a CA; pairs "old", "new" and "other" it signed for 10 days; a kubeconfig naming
+    /// the old pair, returned.
+    fn old_new_other(d: &std::path::Path) -> std::path::PathBuf {
+        use crate::certificate::client::tests::kubeconfig;
+        use crate::certificate::verify::tests::{sign, v1_root, Key};
+        v1_root(d, "ca", Key::Rsa);
+        for name in ["old", "new", "other"] {
+            sign(d, name, "ca", Key::Ec, None, false);
+        }
+        kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "old.crt", "old.key")
+    }
+
     /// Rotation builds the new client from the issued cert and key before storing them: a pair
     /// that cannot make a client fails there, and the store keeps the cert in use.
     #[tokio::test]
     async fn the_rotated_client_is_built_from_the_issued_pair() {
-        use crate::certificate::client::tests::kubeconfig;
-        use crate::certificate::verify::tests::{sign, v1_root, Key};
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        v1_root(d, "ca", Key::Rsa);
-        sign(d, "old", "ca", Key::Ec, None, false);
-        sign(d, "new", "ca", Key::Ec, None, false);
-        sign(d, "other", "ca", Key::Ec, None, false);
         // The kubeconfig names the old pair; the issued one replaces it.
-        let kc = kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "old.crt", "old.key");
+        let kc = old_new_other(d);
         let read = |n: &str| std::fs::read_to_string(d.join(n)).unwrap();
         let issued = CertKey {
             cert_pem: read("new.crt"),
@@ -385,15 +391,9 @@ mod tests {
     /// pair leaves the kubeconfig's credentials, and a broken pair is an error naming its file.
     #[tokio::test]
     async fn a_restart_uses_the_stored_pair() {
-        use crate::certificate::client::tests::kubeconfig;
-        use crate::certificate::verify::tests::{sign, v1_root, Key};
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        v1_root(d, "ca", Key::Rsa);
-        sign(d, "old", "ca", Key::Ec, None, false);
-        sign(d, "new", "ca", Key::Ec, None, false);
-        sign(d, "other", "ca", Key::Ec, None, false);
-        let kc = kubeconfig(d, "https://127.0.0.1:1", "ca.crt", "old.crt", "old.key");
+        let kc = old_new_other(d);
         let store = Store::client(&d.join("pki"));
         let now = SystemTime::now();
         assert!(matches!(

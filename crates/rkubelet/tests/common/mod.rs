@@ -395,6 +395,24 @@ impl Env {
             .containers
     }
 
+    /// IDs of [`Self::containers_of`], in the runtime's order: what a restart must keep.
+    pub async fn container_ids(&self, uid: &str) -> Vec<String> {
+        self.containers_of(uid)
+            .await
+            .into_iter()
+            .map(|c| c.id)
+            .collect()
+    }
+
+    /// IDs of [`Self::sandboxes_of`], in the runtime's order.
+    pub async fn sandbox_ids(&self, uid: &str) -> Vec<String> {
+        self.sandboxes_of(uid)
+            .await
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    }
+
     pub async fn sandboxes_of(&self, uid: &str) -> Vec<api::PodSandbox> {
         self.cri()
             .list_pod_sandbox(api::ListPodSandboxRequest {
@@ -441,14 +459,15 @@ impl Drop for Env {
                 .collect();
             // The whole log outlives the test's directory, for a failure seen only once; kept
             // outside /tmp/rkt-*, which hack/test.sh counts as things a test left behind.
-            let kept = Path::new("/tmp/rkubelet-test-failures").join(
+            let kept_dir = Path::new("/tmp/rkubelet-test-failures");
+            let kept = kept_dir.join(
                 self.dir
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default()
                     + ".log",
             );
-            let kept = std::fs::create_dir_all("/tmp/rkubelet-test-failures")
+            let kept = std::fs::create_dir_all(kept_dir)
                 .and_then(|()| std::fs::write(&kept, &log))
                 .map(|()| kept.display().to_string())
                 .unwrap_or_else(|e| format!("not kept: {e}"));
