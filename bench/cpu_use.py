@@ -60,13 +60,13 @@ def totals(before, after):
     return out
 
 
-def line(before, after):
+def line(before, after, window="submit -> all Running"):
     """One line: the machine's busy CPU seconds in the window and who spent them."""
     t = totals(before, after)
-    return (f"CPU s, submit -> all Running: machine busy {t['busy']:.2f} (steal {t['steal']:.2f}): "
+    return (f"CPU s, {window}: machine busy {t['busy']:.2f} (steal {t['steal']:.2f}): "
             f"rkubelet {t['cpu_rk']:.2f}, containerd+shims {t['cpu_runtime']:.2f}, "
             f"apiserver+etcd {t['cpu_api']:.2f}, this bench's client {t['cpu_bench']:.2f}, "
-            f"rest (runc, CNI, ...) {t['cpu_rest']:.2f}")
+            f"rest (runc, CNI, exited shims, ...) {t['cpu_rest']:.2f}")
 
 
 def api_requests():
@@ -98,7 +98,7 @@ def api_requests():
     return by
 
 
-def api_line(before, after, n):
+def api_line(before, after, n, window="submit -> all Running"):
     """'API requests, ...: 150 (5.0/pod): POST pods 30, ...' or '' when there is nothing."""
     d = after - before
     # The bench's own reads of /metrics.
@@ -106,5 +106,5 @@ def api_line(before, after, n):
     if not d:
         return ""
     total = sum(d.values())
-    return (f"API requests, submit -> all Running: {total} ({total / n:.1f}/pod): "
+    return (f"API requests, {window}: {total} ({total / n:.1f}/pod): "
             + ", ".join(f"{k} {v}" for k, v in d.most_common()))

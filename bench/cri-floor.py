@@ -36,21 +36,59 @@ def runtime_containers(sock):
     return out.split()
 
 
-def started_from_log(klog, prefix, since):
-    """Wall-clock time of each pod's first "started container" line at or after `since` (a
-    wall-clock time: earlier rounds' pods had the same names) (klog header: local time)."""
-    out = {}
+def klog_times(klog, message, prefix, since, offset=0, out=None, keep=lambda line: True):
+    """Wall-clock time of each pod's first `message` log line at or after `since` (a wall-clock
+    time: earlier rounds' pods had the same names), reading `klog` from byte `offset`; lines
+    `keep` refuses are skipped. Returns the times by pod name and the offset of the first byte
+    not read (a line still being written is left for the next call). (klog header: local time)."""
+    out = {} if out is None else out
     year = datetime.datetime.now().year
-    with open(klog) as f:
-        for line in f:
-            m = re.match(r'[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{6}) .*\] "started container".*'
-                         r'pod="\S*?(' + prefix + r'-\d+)', line)
-            if m and " restart_count=0" in line:
-                t = datetime.datetime.strptime(
-                    f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp()
-                if t >= since:
-                    out.setdefault(m.group(4), t)
-    return out
+    pat = re.compile(r'[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{6}) .*\] "' + re.escape(message)
+                     + r'".*pod="\S*?(' + prefix + r'-\d+)')
+    with open(klog, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].decode(errors="replace").splitlines():
+        m = pat.match(line)
+        if m and keep(line):
+            t = datetime.datetime.strptime(
+                f"{year}{m.group(1)}{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f").timestamp()
+            if t >= since:
+                out.setdefault(m.group(4), t)
+    return out, offset + end
+
+
+def started_from_log(klog, prefix, since):
+    """Each pod's first "started container" line of its first start (restart_count=0)."""
+    return klog_times(klog, "started container", prefix, since,
+                      keep=lambda line: " restart_count=0" in line)[0]
+
+
+def wait_cleaned(sock, klog, prefix, names, wall1, t1, n):
+    """Delete -> every pod of `names` cleaned up: rkubelet's `"pod terminated and cleaned up"`
+    line (its worker logs it once the pod's containers and sandbox are removed, its directory
+    and cgroup too). The log is read every 0.1 s from where the delete began: polling the
+    runtime with `ctr` (a Go process each time) or /pods would spend on the two cores what the
+    teardown needs, and the floor times its own teardown without any. Then the runtime is asked
+    once whether any container is left. Returns (seconds from `wall1` to the last pod's line, or
+    None when a pod never logged it or containers were left; the CPU reading when all were
+    seen)."""
+    seen, off = {}, os.path.getsize(klog)
+    deadline = t1 + 120 + 3 * n
+    while time.monotonic() < deadline:
+        seen, off = klog_times(klog, "pod terminated and cleaned up", prefix, wall1, off, seen)
+        if all(k in seen for k in names):
+            break
+        time.sleep(0.1)
+    cpu = cpu_use.reading(KUBELET_PID)
+    if not all(k in seen for k in names):
+        print(f"  ! only {len(seen)} of {len(names)} pods logged \"pod terminated and cleaned up\"")
+        return None, cpu
+    if left := runtime_containers(sock):
+        print(f"  ! {len(left)} containers left in the runtime after every pod was cleaned up")
+        return None, cpu
+    return max(seen.values()) - wall1, cpu
 
 
 def stage_totals(port):
@@ -106,24 +144,34 @@ def wait_empty(sock, done, n):
     return None
 
 
-def record(results, kind, n, sent, running, started, t_all, gone, cpu=None, api=None):
+def record(results, kind, n, sent, running, started, t_all, gone, cpu=None, api=None,
+           dcpu=None, dapi=None, gone_api=None):
     wall = time.time() - time.monotonic()
     run = [running[k] - sent[k] for k in running if k in sent]
     st = [started[k] - (sent[k] + wall) for k in started if k in sent]
     row = dict(kind=kind, n=n, p50=pct(run, 50), p99=pct(run, 99), all=t_all,
-               s50=pct(st, 50), s99=pct(st, 99), sall=max(st) if len(st) >= n else None, gone=gone)
+               s50=pct(st, 50), s99=pct(st, 99), sall=max(st) if len(st) >= n else None, gone=gone,
+               gone_api=gone_api)
     if cpu:
         row.update(cpu_use.totals(*cpu))
+    if dcpu:
+        row.update({"d_" + k: v for k, v in cpu_use.totals(*dcpu).items()})
     f = lambda x: "   -   " if x is None else f"{x:6.2f} s"
     print(f"=== rkubelet, {kind} pods: N = {n} ===" if kind != "standalone"
           else f"=== rkubelet standalone (no API server), static pods: N = {n} ===")
     print(f"  submit -> started container  p50 {f(row['s50'])}   p99 {f(row['s99'])}   all {f(row['sall'])}")
     print(f"  submit -> Running+Ready      p50 {f(row['p50'])}   p99 {f(row['p99'])}   all {f(t_all)}"
           + ("" if len(run) >= n else f"  (only {len(run)} of {n})"))
-    print(f"  delete -> no containers left {f(gone)}")
+    print(f"  delete -> all cleaned up     {f(gone)}   (rkubelet's log; then no container left in the runtime)")
+    if gone_api is not None:
+        print(f"  delete -> objects gone       {f(gone_api)}   (the API's watch)")
     if cpu:
         print("  " + cpu_use.line(*cpu))
     if api and (text := cpu_use.api_line(*api, n)):
+        print("  " + text)
+    if dcpu:
+        print("  " + cpu_use.line(*dcpu, window="delete -> all cleaned up"))
+    if dapi and (text := cpu_use.api_line(*dapi, n, window="delete -> all cleaned up")):
         print("  " + text)
     with open(results, "a") as out:
         out.write(json.dumps(row) + "\n")
@@ -140,7 +188,7 @@ class ApiPods:
         ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
         self.conn = lambda: http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
         self.strip = strip
-        self.running, self.deleted = {}, set()
+        self.running, self.deleted = {}, {}
         self.lock = threading.Lock()
         self.c = self.conn()
         rv = self.request("GET", "/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
@@ -169,7 +217,7 @@ class ApiPods:
             ready = any(x["type"] == "Ready" and x["status"] == "True" for x in st.get("conditions") or [])
             with self.lock:
                 if ev["type"] == "DELETED":
-                    self.deleted.add(name)
+                    self.deleted.setdefault(name, now)
                 elif st.get("phase") == "Running" and ready:
                     self.running.setdefault(name, now)
 
@@ -236,15 +284,21 @@ def static(n, port, mdir, node, sock, klog, results, kind="static"):
     cri1 = cri_counts()
     started = started_from_log(klog, "st", wall0)
     stages1 = stage_totals(port)
+    dapi0, dcpu0 = cpu_use.api_requests(), cpu_use.reading(KUBELET_PID)
+    t1, wall1 = time.monotonic(), time.time()
     for name in names:
         os.remove(os.path.join(mdir, name + ".yaml"))
+    gone, dcpu1 = wait_cleaned(sock, klog, "st", names, wall1, t1, n)
+    dapi1 = cpu_use.api_requests()
     def empty():
         try:
             return not any(p["metadata"]["name"].startswith("st-") for p in pods())
         except OSError:
             return False
-    gone = wait_empty(sock, empty, n)
-    record(results, kind, n, sent, running, started, t_all, gone, (cpu0, cpu1), (api0, api1))
+    # Untimed: the next phase starts pods of the same names.
+    wait_empty(sock, empty, n)
+    record(results, kind, n, sent, running, started, t_all, gone, (cpu0, cpu1), (api0, api1),
+           (dcpu0, dcpu1), (dapi0, dapi1))
     print_stages(stages0, stages1)
     print_cri(cri0, cri1, n)
 
@@ -271,13 +325,21 @@ def api(n, url, pki, node, sock, klog, results, ro_port):
     cri1 = cri_counts()
     started = started_from_log(klog, "ap", wall0)
     stages1 = stage_totals(ro_port)
+    dapi0, dcpu0 = cpu_use.api_requests(), cpu_use.reading(KUBELET_PID)
+    t1, wall1 = time.monotonic(), time.time()
     for name in names:
         w.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+    gone, dcpu1 = wait_cleaned(sock, klog, "ap", names, wall1, t1, n)
+    dapi1 = cpu_use.api_requests()
     def all_deleted():
         with w.lock:
             return len(w.deleted) >= n
-    gone = wait_empty(sock, all_deleted, n)
-    record(results, "API", n, sent, run, started, t_all, gone, (cpu0, cpu1), (api0, api1))
+    # The objects go once the kubelet has cleaned the pods up: what `kubectl get` sees.
+    wait_empty(sock, all_deleted, n)
+    with w.lock:
+        objects = max(w.deleted.values()) - t1 if len(w.deleted) >= n else None
+    record(results, "API", n, sent, run, started, t_all, gone, (cpu0, cpu1), (api0, api1),
+           (dcpu0, dcpu1), (dapi0, dapi1), objects)
     print_stages(stages0, stages1)
     print_cri(cri0, cri1, n)
 
@@ -303,8 +365,9 @@ def summary(results):
     rows = []
     for (n, kind), rs in groups.items():
         row = {"n": n, "kind": kind, "rounds": len(rs)}
-        for k in ("p50", "p99", "all", "s50", "s99", "sall", "gone",
-                  "busy", "cpu_rk", "cpu_runtime", "cpu_api", "cpu_bench", "cpu_rest"):
+        for k in ("p50", "p99", "all", "s50", "s99", "sall", "gone", "gone_api",
+                  "busy", "cpu_rk", "cpu_runtime", "cpu_api", "cpu_bench", "cpu_rest",
+                  "d_busy", "d_cpu_rk", "d_cpu_runtime", "d_cpu_api", "d_cpu_bench", "d_cpu_rest"):
             row[k] = median([r.get(k) for r in rs])
         rows.append(row)
     floor = {r["n"]: r for r in rows if r["kind"] == "floor"}
@@ -355,16 +418,16 @@ def summary(results):
         fl50, flall = paired("s50", fl, "p50"), paired("sall", fl, "all")
         fc50, fcall = paired("s50", fc, "p50"), paired("sall", fc, "all")
         fs50, fsall = (paired("s50", fs, "p50"), paired("sall", fs, "all")) if fs else ([], [])
-        # Delete: rkubelet's "gone" (last DELETE sent or manifest removed -> the runtime has no
-        # container left) over the floor's teardown (StopContainer, StopPodSandbox,
-        # RemovePodSandbox for all pods at once).
+        # Delete: rkubelet's "gone" (first DELETE sent or manifest removed -> the last pod's
+        # "pod terminated and cleaned up", the runtime then empty) over the floor's teardown
+        # (StopContainer, StopPodSandbox, RemovePodSandbox, pod cgroup removed, all pods at once).
         gone = (paired("gone", fs, "gone") if fs else []) or paired("gone", fc, "gone")
         gone_rows.append((n, kind, len(rs), "floor+shape" if fs else "floor+cg", gone))
         print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |"
               f"                {f(median(fl50))} {f(median(flall))} |"
               f"                   {f(median(fc50))} {f(median(fcall))} |"
               f"              {f(median(fs50))} {f(median(fsall))} | {each(fc50)}; {each(fs50)}")
-    print("\n=== paired delete: median over rounds of (rkubelet's delete -> no containers left"
+    print("\n=== paired delete: median over rounds of (rkubelet's delete -> all cleaned up"
           " / the same round's floor teardown) ===")
     for n, kind, k, base, gone in gone_rows:
         print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each(gone)}")
@@ -378,6 +441,14 @@ def summary(results):
         print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(r['busy'])} |    {f(r.get('cpu_rk') or 0.0)}"
               f"             {f(r['cpu_runtime'])}           {f(r.get('cpu_api') or 0.0)}"
               f"         {f(r.get('cpu_bench') or 0.0)}  {f(r['cpu_rest'])}")
+    print("\n  CPU seconds from delete to all cleaned up (the floor: its teardown), median over rounds")
+    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  bench client  rest")
+    for r in rows:
+        if r.get("d_busy") is None:
+            continue
+        print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(r['d_busy'])} |    {f(r.get('d_cpu_rk') or 0.0)}"
+              f"             {f(r['d_cpu_runtime'])}           {f(r.get('d_cpu_api') or 0.0)}"
+              f"         {f(r.get('d_cpu_bench') or 0.0)}  {f(r['d_cpu_rest'])}")
 
 
 if __name__ == "__main__":

@@ -489,7 +489,11 @@ async fn main() -> Result<()> {
     let run = secs(|t| t.running);
 
     let mut gone = None;
+    // The machine's busy CPU and containerd's over the teardown (a shim that exits in it is
+    // missed from containerd's share and counts in the rest, as in cri-floor.py's phases).
+    let mut teardown_cpu = None;
     if !a.keep {
+        let c0 = cpu_reading();
         let t1 = Instant::now();
         let stops: Vec<_> = timings
             .iter()
@@ -509,6 +513,8 @@ async fn main() -> Result<()> {
             }
         }
         gone = Some(t1.elapsed().as_secs_f64());
+        let c1 = cpu_reading();
+        teardown_cpu = Some((c1.busy - c0.busy, c1.runtime_since(&c0)));
     }
 
     if run.is_empty() {
@@ -558,12 +564,21 @@ async fn main() -> Result<()> {
             a.grace
         );
     }
+    if let Some((busy, runtime)) = teardown_cpu {
+        println!(
+            "  CPU s, teardown: machine busy {busy:.2}: containerd+shims {runtime:.2}, rest (runc, CNI, exited shims, this floor, ...) {:.2}",
+            busy - runtime
+        );
+    }
+    let (d_busy, d_runtime) = teardown_cpu.unzip();
     if let Some(path) = &a.json {
         use std::io::Write;
         let line = serde_json::json!({
             "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
             "cgroups": pod_cgroups.is_some(), "kind": kind, "busy": busy, "cpu_runtime": runtime,
             "cpu_rest": busy - runtime,
+            "d_busy": d_busy, "d_cpu_runtime": d_runtime,
+            "d_cpu_rest": d_busy.zip(d_runtime).map(|(b, r)| b - r),
         });
         let mut f = std::fs::OpenOptions::new()
             .create(true)
