@@ -9,6 +9,13 @@
 //! reconcile: missing mirrors are created, stale ones (hash changed, or deleted by a user) are
 //! deleted with grace 0 and re-created, orphans are deleted. The status manager learns each mirror's
 //! UID so the static pod's status is written onto it.
+//!
+//! The API source sends a snapshot per watch event, so snapshots already queued when a write
+//! returns do not show it yet. The manager's own writes are [`Expectations`] until a snapshot
+//! shows them: without that, a static pod deleted in a burst was deleted again (404) for about
+//! one pod in three and a mirror created again (409) for one in ten, each a request the API
+//! server answers on the node's cores (bench/cri-floor.sh counts them). Upstream's
+//! `HandlePodCleanups` repeats such writes too, every 2 s, until its informer catches up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::Client;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -27,6 +35,10 @@ use crate::status::StatusHandle;
 use crate::types::annotations::{CONFIG_HASH_ANNOTATION, MIRROR_ANNOTATION};
 
 const RETRY_TICK: Duration = Duration::from_secs(10);
+/// How long an own write is expected in the snapshots before they are believed again: a watch
+/// delivers it in milliseconds, but one that restarts lists anew, and a mirror created and then
+/// deleted by someone else in that gap never shows at all.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 
 enum Cmd {
     /// The static pods the kubelet currently runs.
@@ -64,6 +76,42 @@ pub struct MirrorManager {
     observed_once: bool,
     /// Likewise for the static pods: the SyncLoop publishes them once every source is ready.
     desired_once: bool,
+    expect: Expectations,
+}
+
+/// This manager's own writes that the API source's snapshots may not show yet (the controller
+/// "expectations" habit of client-go's controllers).
+#[derive(Debug, Default)]
+struct Expectations {
+    /// Mirrors created, by full name, until a snapshot shows their UID.
+    created: BTreeMap<String, (Arc<Pod>, Instant)>,
+    /// UIDs of mirrors deleted, until a snapshot no longer has them.
+    deleted: BTreeMap<String, Instant>,
+}
+
+impl Expectations {
+    /// The mirror pods by full name as `snapshot` will be once it shows this manager's writes:
+    /// a mirror it deleted is left out while the snapshot still has it, one it created is added
+    /// while the snapshot has no mirror of that name. An expectation ends when a snapshot
+    /// shows the write, or after [`EXPECTATION_TTL`].
+    fn apply(&mut self, snapshot: Vec<Arc<Pod>>, now: Instant) -> BTreeMap<String, Arc<Pod>> {
+        let fresh = |at: &Instant| now.duration_since(*at) < EXPECTATION_TTL;
+        let uids: std::collections::BTreeSet<&str> =
+            snapshot.iter().map(|p| podutil::uid(p)).collect();
+        self.deleted
+            .retain(|uid, at| fresh(at) && uids.contains(uid.as_str()));
+        self.created
+            .retain(|_, (p, at)| fresh(at) && !uids.contains(podutil::uid(p)));
+        let mut out: BTreeMap<String, Arc<Pod>> = snapshot
+            .into_iter()
+            .filter(|p| !self.deleted.contains_key(podutil::uid(p)))
+            .map(|p| (podutil::full_name(&p), p))
+            .collect();
+        for (full, (p, _)) in &self.created {
+            out.entry(full.clone()).or_insert_with(|| p.clone());
+        }
+        out
+    }
 }
 
 /// What one reconcile must do for one full name; pure, so it is unit tested.
@@ -149,6 +197,7 @@ impl MirrorManager {
                 observed: BTreeMap::new(),
                 observed_once: false,
                 desired_once: false,
+                expect: Expectations::default(),
             },
             MirrorHandle { tx },
         )
@@ -186,10 +235,7 @@ impl MirrorManager {
             }
             Cmd::Observed(pods) => {
                 self.observed_once = true;
-                self.observed = pods
-                    .into_iter()
-                    .map(|p| (podutil::full_name(&p), p))
-                    .collect();
+                self.observed = self.expect.apply(pods, Instant::now());
             }
         }
     }
@@ -263,7 +309,11 @@ impl MirrorManager {
                 self.status
                     .set_mirror(podutil::uid(static_pod), created.metadata.uid.clone())
                     .await;
-                self.observed.insert(full, Arc::new(created));
+                let created = Arc::new(created);
+                self.expect
+                    .created
+                    .insert(full.clone(), (created.clone(), Instant::now()));
+                self.observed.insert(full, created);
             }
             // The watch has not shown it yet; the next snapshot will.
             Err(kube::Error::Api(s)) if s.is_already_exists() => {
@@ -285,7 +335,9 @@ impl MirrorManager {
             ..Default::default()
         };
         let full = podutil::full_name(mirror);
-        match api.delete(podutil::name(mirror), &dp).await {
+        // Gone (or going) once answered, whichever way: a UID mismatch means another pod has
+        // the name now.
+        let done = match api.delete(podutil::name(mirror), &dp).await {
             Ok(_) => {
                 info!(pod = %full, "deleted mirror pod");
                 true
@@ -295,7 +347,12 @@ impl MirrorManager {
                 warn!(pod = %full, error = %e, "failed to delete mirror pod; will retry");
                 false
             }
+        };
+        if done {
+            self.expect.deleted.insert(uid.to_string(), Instant::now());
+            self.expect.created.remove(&full);
         }
+        done
     }
 }
 
@@ -352,6 +409,61 @@ mod tests {
                 recreate: false
             })
         );
+    }
+
+    /// Rows: the expectations after a write, the snapshot that arrives (UIDs of mirror pods of
+    /// one name), when, and the UIDs the manager then believes are there.
+    #[test]
+    fn own_writes_are_expected_until_a_snapshot_shows_them() {
+        let t0 = Instant::now();
+        let m = |uid: &str| Arc::new(pod(Some("h1"), Some("h1"), uid));
+        let late = t0 + EXPECTATION_TTL;
+        struct Row {
+            what: &'static str,
+            created: Option<&'static str>,
+            deleted: Option<&'static str>,
+            snapshot: &'static [&'static str],
+            at: Instant,
+            believed: &'static [&'static str],
+            expecting: bool,
+        }
+        #[rustfmt::skip]
+        let rows = [
+            Row { what: "created, snapshot from before the create", created: Some("b"), deleted: None,
+                  snapshot: &[], at: t0, believed: &["b"], expecting: true },
+            Row { what: "created, snapshot shows it", created: Some("b"), deleted: None,
+                  snapshot: &["b"], at: t0, believed: &["b"], expecting: false },
+            Row { what: "created long ago and never shown", created: Some("b"), deleted: None,
+                  snapshot: &[], at: late, believed: &[], expecting: false },
+            Row { what: "deleted, snapshot from before the delete", created: None, deleted: Some("a"),
+                  snapshot: &["a"], at: t0, believed: &[], expecting: true },
+            Row { what: "deleted, snapshot without it", created: None, deleted: Some("a"),
+                  snapshot: &[], at: t0, believed: &[], expecting: false },
+            Row { what: "deleted long ago and still shown (a finalizer)", created: None, deleted: Some("a"),
+                  snapshot: &["a"], at: late, believed: &["a"], expecting: false },
+            Row { what: "replaced, snapshot from before both", created: Some("b"), deleted: Some("a"),
+                  snapshot: &["a"], at: t0, believed: &["b"], expecting: true },
+            Row { what: "replaced, snapshot shows the new one", created: Some("b"), deleted: Some("a"),
+                  snapshot: &["b"], at: t0, believed: &["b"], expecting: false },
+        ];
+        for r in rows {
+            let mut e = Expectations::default();
+            if let Some(uid) = r.created {
+                e.created.insert("web-node1_default".into(), (m(uid), t0));
+            }
+            if let Some(uid) = r.deleted {
+                e.deleted.insert(uid.into(), t0);
+            }
+            let out = e.apply(r.snapshot.iter().map(|u| m(u)).collect(), r.at);
+            let uids: Vec<&str> = out.values().map(|p| podutil::uid(p)).collect();
+            assert_eq!(uids, r.believed, "{}", r.what);
+            assert_eq!(
+                !e.created.is_empty() || !e.deleted.is_empty(),
+                r.expecting,
+                "{}: {e:?}",
+                r.what
+            );
+        }
     }
 
     #[test]

@@ -239,8 +239,33 @@ async fn static_pods_have_mirror_pods_that_come_back() {
     let cp = ControlPlane::up("mirror");
     let mut env = Env::new(123);
     env.write_manifest("web.yaml", &static_web("one"));
+    // A burst of static pods that come and go together: the node writes each mirror once.
+    const BURST: usize = 8;
+    for i in 0..BURST {
+        let text = static_web("burst").replace("name: web\n", &format!("name: burst-{i}\n"));
+        env.write_manifest(&format!("burst-{i}.yaml"), &text);
+    }
     env.join(&cp, &["--node-labels=rkubelet.test/role=worker"]);
     let name = format!("web-{}", env.node);
+    let burst_mirrors = |phase: &str| -> usize {
+        cp.get_json(&["pods", "-l", "tag=burst"])
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| p["status"]["phase"] == phase)
+            .count()
+    };
+    wait_until(Duration::from_secs(60), "burst mirrors Running", || {
+        (burst_mirrors("Running") == BURST).then_some(())
+    });
+    for i in 0..BURST {
+        env.remove_manifest(&format!("burst-{i}.yaml"));
+    }
+    wait_until(Duration::from_secs(60), "burst mirrors removed", || {
+        cp.get_json(&["pods", "-l", "tag=burst"])
+            .is_some_and(|l| l["items"].as_array().is_some_and(|a| a.is_empty()))
+            .then_some(())
+    });
 
     // The mirror pod shows the static pod, with its hash, owned by the Node, and its status.
     let mirror = wait_json("mirror pod Running", Duration::from_secs(40), || {
@@ -301,6 +326,20 @@ async fn static_pods_have_mirror_pods_that_come_back() {
     wait_until(Duration::from_secs(40), "mirror pod removed", || {
         cp.get_json(&["pod", &name]).is_none().then_some(())
     });
+
+    // No mirror was created twice (409) or deleted twice (404): the node is the only client
+    // creating pods here, and the test's own delete above found its pod.
+    let metrics = cp.kubectl(&["get", "--raw", "/metrics"]);
+    let repeats: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("resource=\"pods\""))
+        .filter(|l| l.contains("subresource=\"\""))
+        .filter(|l| {
+            (l.contains("verb=\"POST\"") && l.contains("code=\"409\""))
+                || (l.contains("verb=\"DELETE\"") && l.contains("code=\"404\""))
+        })
+        .collect();
+    assert!(repeats.is_empty(), "mirror pods written twice: {repeats:?}");
 }
 
 #[tokio::test]
