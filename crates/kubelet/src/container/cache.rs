@@ -33,11 +33,25 @@ pub struct Started {
     pub containers: Vec<String>,
 }
 
+/// What a worker knows of its pod right after acting on it, so PLEG reads only that instead
+/// of the whole pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Known {
+    /// Started from nothing ([`RuntimeCache::fresh_after_start`]).
+    Started(Started),
+    /// Stopped ([`RuntimeCache::fresh_after_stop`]): the IDs of every sandbox and container the
+    /// read the stop acted on showed.
+    Stopped {
+        sandboxes: Vec<String>,
+        containers: Vec<String>,
+    },
+}
+
 /// A worker's request that PLEG read its pod now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refresh {
     pub uid: String,
-    pub started: Option<Started>,
+    pub known: Option<Known>,
 }
 
 /// A cached read: the status (or why it could not be read) and when the read started.
@@ -274,20 +288,41 @@ impl RuntimeCache {
         min: Option<Instant>,
         started: Started,
     ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
-        self.refresh_with(uid, min, Some(started)).await
+        self.refresh_with(uid, min, Some(Known::Started(started)))
+            .await
+    }
+
+    /// [`Self::fresh`] after a worker stopped a pod: PLEG reads each sandbox and container of
+    /// `before` (the read the stop acted on) again, one PodSandboxStatus or ContainerStatus
+    /// each, without listing the pod's sandboxes and containers anew (ListPodSandbox and
+    /// ListContainers, each filtered by the runtime over every container it has). Upstream's
+    /// `SyncTerminatingPod` reads the whole pod. Nothing can be missing: only the pod's worker
+    /// creates its sandboxes and containers, and it is the one stopping them. A sandbox or
+    /// container gone meanwhile makes it a whole read; the relist stays the safety net.
+    pub async fn fresh_after_stop(
+        &self,
+        uid: &str,
+        min: Option<Instant>,
+        before: &PodRuntimeStatus,
+    ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
+        let known = Known::Stopped {
+            sandboxes: before.sandboxes.iter().map(|s| s.id.clone()).collect(),
+            containers: before.containers.iter().map(|c| c.id.clone()).collect(),
+        };
+        self.refresh_with(uid, min, Some(known)).await
     }
 
     async fn refresh_with(
         &self,
         uid: &str,
         min: Option<Instant>,
-        started: Option<Started>,
+        known: Option<Known>,
     ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
         if self.newer(uid, min).is_none() {
             self.refresh
                 .send(Refresh {
                     uid: uid.to_string(),
-                    started,
+                    known,
                 })
                 .map_err(|_| CacheError::Closed)?;
         }
@@ -398,7 +433,7 @@ mod tests {
             asked,
             Refresh {
                 uid: "a".into(),
-                started: None
+                known: None
             }
         );
         w.set("a", Ok(status(2)), Instant::now());
@@ -423,7 +458,7 @@ mod tests {
             async move { r.fresh_after_start("a", Some(min), started).await }
         });
         let asked = req.recv().await.expect("a refresh request");
-        assert_eq!(asked.started, Some(started));
+        assert_eq!(asked.known, Some(Known::Started(started)));
         tokio::time::advance(Duration::from_millis(1)).await;
         w.set("a", Ok(status(1)), Instant::now());
         assert_eq!(reader.await.unwrap().unwrap().containers.len(), 1);

@@ -227,7 +227,9 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
     let n = relists(&h.fake).len();
     h.until("a relist", Duration::from_secs(5), |f| relists(f).len() > n)
         .await;
-    let before = pod_reads(&h.fake, "uid-p").len();
+    // Every read of the pod, whole or of what the worker knows, asks its sandbox's status.
+    let sandbox_reads = |f: &FakeRuntime| h_calls(f, "pod_sandbox_status", "p");
+    let before = sandbox_reads(&h.fake);
     h.want(vec![]).await;
     h.until("the sandbox removed", Duration::from_secs(30), |f| {
         f.calls().iter().any(|c| c.op == "remove_pod_sandbox")
@@ -238,7 +240,7 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
         1,
         "one stop per container"
     );
-    let reads = pod_reads(&h.fake, "uid-p").len() - before;
+    let reads = sandbox_reads(&h.fake) - before;
     let t0 = h.calls("stop_container", "app")[0].at;
     let log: Vec<String> = h
         .fake
@@ -250,6 +252,45 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
     assert!(
         (1..=2).contains(&reads),
         "{reads} reads of the pod to stop and remove it: {log:#?}"
+    );
+    h.stop().await;
+}
+
+fn h_calls(f: &FakeRuntime, op: &str, key: &str) -> usize {
+    f.calls()
+        .iter()
+        .filter(|c| c.op == op && c.key == key)
+        .count()
+}
+
+/// A pod its worker stopped is read as what was stopped: one PodSandboxStatus per sandbox and
+/// one ContainerStatus per container the read before the stop showed, where a whole read (as
+/// upstream's `SyncTerminatingPod` makes) adds the filtered ListPodSandbox and ListContainers.
+/// The final status still shows the container exited, and the removal follows from that read.
+#[tokio::test(start_paused = true)]
+async fn a_pod_stopped_by_its_worker_is_read_as_stopped() {
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    h.want(vec![]).await;
+    h.until("the sandbox removed", Duration::from_secs(30), |f| {
+        f.calls().iter().any(|c| c.op == "remove_pod_sandbox")
+    })
+    .await;
+    let mut calls: Vec<String> = pod_calls_after(&h.fake, ("stop_container", "app", 0), &["app"])
+        .into_iter()
+        .take_while(|c| c != "remove_pod_sandbox p")
+        .collect();
+    // The sandbox status and the container status are asked at once.
+    calls[1..3].sort();
+    assert_eq!(
+        calls,
+        [
+            "stop_pod_sandbox p",
+            "container_status app",
+            "pod_sandbox_status p",
+            "remove_container app",
+        ],
+        "calls about the pod from its container's stop to its sandbox's removal"
     );
     h.stop().await;
 }

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::container::cache::{self, CacheWriter, Refresh, RuntimeCache, Started};
+use crate::container::cache::{self, CacheWriter, Known, Refresh, RuntimeCache};
 use crate::health::Health;
 use crate::runtime::manager::{RuntimePodRef, RuntimeSnapshotEntry};
 use crate::runtime::{ContainerState, PodRuntimeStatus, RuntimeError, RuntimeManager};
@@ -257,7 +257,7 @@ impl Pleg {
         // A pod waiting in `again` keeps what its worker started when every request for it said
         // (see `RuntimeCache::fresh_after_start`); one request without it makes it a whole read.
         let mut reading: HashSet<String> = HashSet::new();
-        let mut again: HashMap<String, Option<Started>> = HashMap::new();
+        let mut again: HashMap<String, Option<Known>> = HashMap::new();
         // Reads for runtime events; the hints that came for a pod while one was under way wait
         // here (the newest per pod), as a read that started before an event may not show it.
         let mut hinted: FuturesUnordered<HintFuture> = FuturesUnordered::new();
@@ -292,17 +292,17 @@ impl Pleg {
                         return;
                     }
                 }
-                Some(Refresh { uid, started }) = self.refresh.recv() => {
+                Some(Refresh { uid, known }) = self.refresh.recv() => {
                     if reading.contains(&uid) || reading.len() >= READ_PARALLELISM {
-                        // Waiting already: the newest `Started` if both had one, else none.
+                        // Waiting already: the newest `Known` if both had one, else none.
                         let merged = match again.remove(&uid) {
-                            Some(waiting) => waiting.and(started),
-                            None => started,
+                            Some(waiting) => waiting.and(known),
+                            None => known,
                         };
                         again.insert(uid, merged);
                     } else {
                         reading.insert(uid.clone());
-                        reads.push(self.read(uid, started));
+                        reads.push(self.read(uid, known));
                     }
                 }
                 hint = async {
@@ -388,27 +388,38 @@ impl Pleg {
                         .cloned()
                         .collect();
                     for u in next {
-                        let started = again.remove(&u).flatten();
+                        let known = again.remove(&u).flatten();
                         reading.insert(u.clone());
-                        reads.push(self.read(u, started));
+                        reads.push(self.read(u, known));
                     }
                 }
             }
         }
     }
 
-    /// A read of one pod for its worker: only the containers it started when it says what it
-    /// started from nothing, else (or when one of them is gone) the whole pod.
-    fn read(&self, uid: String, started: Option<Started>) -> Read {
+    /// A read of one pod for its worker: only what it says it knows (the containers it started
+    /// from nothing; every sandbox and container it stopped), else (or when one of them is
+    /// gone) the whole pod.
+    fn read(&self, uid: String, known: Option<Known>) -> Read {
         let runtime = self.runtime.clone();
         Box::pin(async move {
             let at = Instant::now();
-            if let Some(started) = &started {
-                match runtime.started_pod_status(started).await {
+            match &known {
+                Some(Known::Started(started)) => match runtime.started_pod_status(started).await {
                     Ok(Some(status)) => return (uid, at, PodRead::Composed(status)),
                     Ok(None) => {}
                     Err(e) => return (uid, at, PodRead::Now(Err(e.to_string()))),
-                }
+                },
+                // Each one read after the stamp: as current as a whole read.
+                Some(Known::Stopped {
+                    sandboxes,
+                    containers,
+                }) => match runtime.stopped_pod_status(sandboxes, containers).await {
+                    Ok(Some(status)) => return (uid, at, PodRead::Now(Ok(status))),
+                    Ok(None) => {}
+                    Err(e) => return (uid, at, PodRead::Now(Err(e.to_string()))),
+                },
+                None => {}
             }
             let res = runtime.pod_status(&uid).await.map_err(|e| e.to_string());
             (uid, at, PodRead::Now(res))

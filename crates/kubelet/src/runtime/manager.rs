@@ -333,6 +333,47 @@ impl RuntimeManager {
         }))
     }
 
+    /// The status of a pod the kubelet has just stopped: each of `sandboxes` and `containers`
+    /// (what the read the stop acted on showed) read now, one PodSandboxStatus or
+    /// ContainerStatus each, where [`Self::pod_status`] lists both anew besides. None when one
+    /// is not found: something else changed the pod, and only a whole read can tell.
+    pub async fn stopped_pod_status(
+        &self,
+        sandboxes: &[String],
+        containers: &[String],
+    ) -> Result<Option<PodRuntimeStatus>, RuntimeError> {
+        let (sandbox_reads, container_reads) = tokio::join!(
+            join_all(sandboxes.iter().map(|id| {
+                self.cri.pod_sandbox_status(api::PodSandboxStatusRequest {
+                    pod_sandbox_id: id.clone(),
+                    verbose: false,
+                })
+            })),
+            self.container_statuses(containers.iter())
+        );
+        let mut out = PodRuntimeStatus::default();
+        for (id, read) in sandboxes.iter().zip(sandbox_reads) {
+            match read {
+                Ok(r) => match r.status {
+                    Some(st) => out.sandboxes.push(super::status::sandbox(st)),
+                    None => return Ok(None),
+                },
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(cri(format!("status of sandbox {id}"))(e)),
+            }
+        }
+        let Some(containers) = container_reads?.into_iter().collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        out.containers = containers;
+        // The order a whole read gives: newest first.
+        out.sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        out.containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(Some(out))
+    }
+
     /// CreateContainer + StartContainer (upstream `startContainer`, without hooks yet). Returns the
     /// container ID; errors say which step failed, because the reason differs
     /// (`CreateContainerError` vs `RunContainerError`). `on_created` runs between the two (the

@@ -1046,7 +1046,10 @@ pub async fn terminate_pod(
     hooks::kill_pod(ctx, pod, &rt, g).await?;
     let killed = tokio::time::Instant::now();
     state.last_sync = Some(killed);
-    let read = ctx.cache.fresh(podutil::uid(pod), Some(killed)).await;
+    let read = ctx
+        .cache
+        .fresh_after_stop(podutil::uid(pod), Some(killed), &rt)
+        .await;
     // Held until this read is in, as in `sync_pod_inner`: with 100 pods deleted at once a relist
     // read each pod again, once more than the read here (5 CRI calls a read).
     drop(acting);
