@@ -74,6 +74,8 @@ pub struct MirrorManager {
     observed: BTreeMap<String, Arc<Pod>>,
     /// Until the API source has listed once, "no mirror" may just mean "not heard yet".
     observed_once: bool,
+    /// The API source's last snapshot of the mirror pods, as sent.
+    snapshot: Vec<Arc<Pod>>,
     /// Likewise for the static pods: the SyncLoop publishes them once every source is ready.
     desired_once: bool,
     expect: Expectations,
@@ -85,8 +87,17 @@ pub struct MirrorManager {
 struct Expectations {
     /// Mirrors created, by full name, until a snapshot shows their UID.
     created: BTreeMap<String, (Arc<Pod>, Instant)>,
-    /// UIDs of mirrors deleted, until a snapshot no longer has them.
-    deleted: BTreeMap<String, Instant>,
+    /// Mirrors deleted, by UID, until a snapshot no longer has them.
+    deleted: BTreeMap<String, Deleted>,
+}
+
+#[derive(Debug)]
+struct Deleted {
+    at: Instant,
+    /// A snapshot has shown the mirror. One deleted before any did (created and deleted within
+    /// moments) is still expected to show in the snapshots queued since its create, so a
+    /// snapshot without it ends the expectation only once one has shown it.
+    shown: bool,
 }
 
 impl Expectations {
@@ -98,8 +109,11 @@ impl Expectations {
         let fresh = |at: &Instant| now.duration_since(*at) < EXPECTATION_TTL;
         let uids: std::collections::BTreeSet<&str> =
             snapshot.iter().map(|p| podutil::uid(p)).collect();
-        self.deleted
-            .retain(|uid, at| fresh(at) && uids.contains(uid.as_str()));
+        self.deleted.retain(|uid, d| {
+            let present = uids.contains(uid.as_str());
+            d.shown |= present;
+            fresh(&d.at) && (present || !d.shown)
+        });
         self.created
             .retain(|_, (p, at)| fresh(at) && !uids.contains(podutil::uid(p)));
         let mut out: BTreeMap<String, Arc<Pod>> = snapshot
@@ -196,6 +210,7 @@ impl MirrorManager {
                 desired: BTreeMap::new(),
                 observed: BTreeMap::new(),
                 observed_once: false,
+                snapshot: Vec::new(),
                 desired_once: false,
                 expect: Expectations::default(),
             },
@@ -219,9 +234,17 @@ impl MirrorManager {
                 self.take(c);
             }
             if self.observed_once && self.desired_once {
+                self.observe();
                 self.reconcile().await;
             }
         }
+    }
+
+    /// Mirrors as the last snapshot and this manager's expectations give them; derived again
+    /// before each reconcile, so an expectation past its TTL ends on the retry tick even when
+    /// no snapshot comes.
+    fn observe(&mut self) {
+        self.observed = self.expect.apply(self.snapshot.clone(), Instant::now());
     }
 
     fn take(&mut self, cmd: Cmd) {
@@ -235,7 +258,7 @@ impl MirrorManager {
             }
             Cmd::Observed(pods) => {
                 self.observed_once = true;
-                self.observed = self.expect.apply(pods, Instant::now());
+                self.snapshot = pods;
             }
         }
     }
@@ -349,8 +372,16 @@ impl MirrorManager {
             }
         };
         if done {
-            self.expect.deleted.insert(uid.to_string(), Instant::now());
-            self.expect.created.remove(&full);
+            let unshown = self
+                .expect
+                .created
+                .remove(&full)
+                .is_some_and(|(p, _)| podutil::uid(&p) == uid);
+            let d = Deleted {
+                at: Instant::now(),
+                shown: !unshown,
+            };
+            self.expect.deleted.insert(uid.to_string(), d);
         }
         done
     }
@@ -421,7 +452,7 @@ mod tests {
         struct Row {
             what: &'static str,
             created: Option<&'static str>,
-            deleted: Option<&'static str>,
+            deleted: Option<(&'static str, bool)>,
             snapshot: &'static [&'static str],
             at: Instant,
             believed: &'static [&'static str],
@@ -435,15 +466,21 @@ mod tests {
                   snapshot: &["b"], at: t0, believed: &["b"], expecting: false },
             Row { what: "created long ago and never shown", created: Some("b"), deleted: None,
                   snapshot: &[], at: late, believed: &[], expecting: false },
-            Row { what: "deleted, snapshot from before the delete", created: None, deleted: Some("a"),
+            Row { what: "deleted, snapshot from before the delete", created: None, deleted: Some(("a", true)),
                   snapshot: &["a"], at: t0, believed: &[], expecting: true },
-            Row { what: "deleted, snapshot without it", created: None, deleted: Some("a"),
+            Row { what: "deleted, snapshot without it", created: None, deleted: Some(("a", true)),
                   snapshot: &[], at: t0, believed: &[], expecting: false },
-            Row { what: "deleted long ago and still shown (a finalizer)", created: None, deleted: Some("a"),
+            Row { what: "deleted long ago and still shown (a finalizer)", created: None, deleted: Some(("a", true)),
                   snapshot: &["a"], at: late, believed: &["a"], expecting: false },
-            Row { what: "replaced, snapshot from before both", created: Some("b"), deleted: Some("a"),
+            Row { what: "replaced, snapshot from before both", created: Some("b"), deleted: Some(("a", true)),
                   snapshot: &["a"], at: t0, believed: &["b"], expecting: true },
-            Row { what: "replaced, snapshot shows the new one", created: Some("b"), deleted: Some("a"),
+            Row { what: "created and deleted before shown, snapshot from before the create", created: None,
+                  deleted: Some(("b", false)), snapshot: &[], at: t0, believed: &[], expecting: true },
+            Row { what: "created and deleted before shown, snapshot from before the delete", created: None,
+                  deleted: Some(("b", false)), snapshot: &["b"], at: t0, believed: &[], expecting: true },
+            Row { what: "created and deleted long ago, never shown", created: None,
+                  deleted: Some(("b", false)), snapshot: &[], at: late, believed: &[], expecting: false },
+            Row { what: "replaced, snapshot shows the new one", created: Some("b"), deleted: Some(("a", true)),
                   snapshot: &["b"], at: t0, believed: &["b"], expecting: false },
         ];
         for r in rows {
@@ -451,8 +488,8 @@ mod tests {
             if let Some(uid) = r.created {
                 e.created.insert("web-node1_default".into(), (m(uid), t0));
             }
-            if let Some(uid) = r.deleted {
-                e.deleted.insert(uid.into(), t0);
+            if let Some((uid, shown)) = r.deleted {
+                e.deleted.insert(uid.into(), Deleted { at: t0, shown });
             }
             let out = e.apply(r.snapshot.iter().map(|u| m(u)).collect(), r.at);
             let uids: Vec<&str> = out.values().map(|p| podutil::uid(p)).collect();
