@@ -76,6 +76,9 @@ struct State {
     delays: HashMap<(&'static str, String), Duration>,
     /// Container names whose instances exit with this code right after they start.
     exit_on_start: HashMap<String, i32>,
+    /// Container names -> how many more stops (its StopContainer, its sandbox's
+    /// StopPodSandbox) leave it running while answering success.
+    survive_stops: HashMap<String, u32>,
     events: events::Events,
 }
 
@@ -139,6 +142,13 @@ impl FakeRuntime {
     /// Instances of container `name` exit with `code` as soon as they start (a crash loop).
     pub fn exit_on_start(&self, name: &str, code: i32) {
         self.lock().exit_on_start.insert(name.to_string(), code);
+    }
+
+    /// The next `n` stops of container `name` (StopContainer, or StopPodSandbox of its
+    /// sandbox) answer success and leave it running: a runtime breaking the CRI contract, which
+    /// upstream's `SyncTerminatingPod` guards against.
+    pub fn survive_stops(&self, name: &str, n: u32) {
+        self.lock().survive_stops.insert(name.to_string(), n);
     }
 
     /// Stops every running instance of container `name` with `code` (the process died).
@@ -264,6 +274,18 @@ fn image_ref(image: &str) -> String {
 
 fn pod_name(c: &api::PodSandboxConfig) -> &str {
     c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("")
+}
+
+/// Whether a stop of container `name` leaves it running (see [`FakeRuntime::survive_stops`]),
+/// counting the stop.
+fn survives_stop(survive: &mut HashMap<String, u32>, name: &str) -> bool {
+    match survive.get_mut(name) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    }
 }
 
 fn container_name(c: &api::ContainerConfig) -> &str {

@@ -109,8 +109,12 @@ impl Runtime for FakeRuntime {
         let uid = sandbox_uid(&self.lock(), &id);
         self.call("stop_pod_sandbox", key, uid, move |st, now| {
             let mut exited = Vec::new();
+            let survive = &mut st.survive_stops;
             for (cid, c) in st.containers.iter_mut() {
-                if c.sandbox_id == id2 && c.state == api::ContainerState::ContainerRunning {
+                if c.sandbox_id == id2
+                    && c.state == api::ContainerState::ContainerRunning
+                    && !survives_stop(survive, container_name(&c.config))
+                {
                     exit(c, 137, now);
                     exited.push(cid.clone());
                 }
@@ -358,6 +362,13 @@ impl Runtime for FakeRuntime {
             |st| container_key(st, &id),
             req.timeout.to_string(),
             move |st, now| {
+                let name = st
+                    .containers
+                    .get(&id2)
+                    .map(|c| container_name(&c.config).to_string());
+                if name.is_some_and(|n| survives_stop(&mut st.survive_stops, &n)) {
+                    return Ok(Default::default());
+                }
                 let stopped = match st.containers.get_mut(&id2) {
                     Some(c) if c.state == api::ContainerState::ContainerRunning => {
                         exit(c, 137, now);

@@ -298,13 +298,19 @@ impl RuntimeCache {
     /// ListContainers, each filtered by the runtime over every container it has). Upstream's
     /// `SyncTerminatingPod` reads the whole pod. Nothing can be missing: only the pod's worker
     /// creates its sandboxes and containers, and it is the one stopping them. A sandbox or
-    /// container gone meanwhile makes it a whole read; the relist stays the safety net.
+    /// container gone meanwhile makes it a whole read; the relist stays the safety net. So
+    /// does an empty `before`: the stop acted on nothing, and only listing can show that a
+    /// sandbox the kubelet lost track of (a RunPodSandbox that timed out and then completed)
+    /// is there.
     pub async fn fresh_after_stop(
         &self,
         uid: &str,
         min: Option<Instant>,
         before: &PodRuntimeStatus,
     ) -> Result<Arc<PodRuntimeStatus>, CacheError> {
+        if before.sandboxes.is_empty() && before.containers.is_empty() {
+            return self.fresh(uid, min).await;
+        }
         let known = Known::Stopped {
             sandboxes: before.sandboxes.iter().map(|s| s.id.clone()).collect(),
             containers: before.containers.iter().map(|c| c.id.clone()).collect(),

@@ -295,6 +295,36 @@ async fn a_pod_stopped_by_its_worker_is_read_as_stopped() {
     h.stop().await;
 }
 
+/// A container still running after its StopContainer and its sandbox's StopPodSandbox both
+/// answered success (a CRI violation) is caught by the read after the kill, as upstream's
+/// `SyncTerminatingPod` catches it: the worker retries the termination, stops the container
+/// again, and only then removes the pod.
+#[tokio::test(start_paused = true)]
+async fn a_container_still_running_after_its_stop_is_stopped_again() {
+    let h = Harness::start().await;
+    running_pod(&h, |f| f.event_subscribers() > 0).await;
+    h.fake.survive_stops("app", 2);
+    h.want(vec![]).await;
+    h.until("the sandbox removed", Duration::from_secs(30), |f| {
+        f.calls().iter().any(|c| c.op == "remove_pod_sandbox")
+    })
+    .await;
+    let stops = h.calls("stop_container", "app");
+    assert_eq!(stops.len(), 2, "the ignored stop, then one that stopped it");
+    // The retried termination reads the pod after its stop (the final status comes from that
+    // read), and the removal follows it: not a removal straight after a second stop.
+    let after: Vec<String> = pod_calls_after(&h.fake, ("stop_container", "app", 1), &["app"])
+        .into_iter()
+        .take_while(|c| c != "remove_container app")
+        .collect();
+    assert!(
+        after.iter().any(|c| c == "container_status app"),
+        "no read between the second stop and the removal: {after:?}"
+    );
+    assert!(!running(&h.fake, "p", "app"));
+    h.stop().await;
+}
+
 /// While its worker is creating the pod's container (a CreateContainer of 3 s here), the
 /// relists that find the new sandbox leave the pod to the worker, which reads it when done.
 #[tokio::test(start_paused = true)]

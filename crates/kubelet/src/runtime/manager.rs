@@ -40,6 +40,10 @@ pub enum RuntimeError {
     Logs(#[from] crate::logs::LogsError),
     #[error(transparent)]
     Cache(#[from] crate::container::CacheError),
+    /// Upstream `SyncTerminatingPod`'s guard against a runtime whose StopContainer returned
+    /// while the container runs on (its words).
+    #[error("detected running containers after a successful KillPod, CRI violation: {ids:?}")]
+    StillRunning { ids: Vec<String> },
 }
 
 fn cri(what: impl Into<String>) -> impl FnOnce(CriError) -> RuntimeError {

@@ -1054,6 +1054,16 @@ pub async fn terminate_pod(
     // read each pod again, once more than the read here (5 CRI calls a read).
     drop(acting);
     if let Ok(rt) = read {
+        let ids: Vec<String> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .map(|c| c.id.clone())
+            .collect();
+        if !ids.is_empty() {
+            // The worker retries the termination from a read that shows them running.
+            return Err(RuntimeError::StillRunning { ids });
+        }
         publish(ctx, state, pod, &rt).await;
     }
     // Upstream `killPod`: once the containers are stopped, the pod cgroup keeps minimum shares.
