@@ -258,6 +258,10 @@ impl MirrorManager {
             }
             Cmd::Observed(pods) => {
                 self.observed_once = true;
+                // Every snapshot moves the expectations on, not only the last of a batch: one
+                // in the middle may be the only one that shows a write (a mirror created, then
+                // deleted by a user, both while a reconcile waited on the API server).
+                self.expect.apply(pods.clone(), Instant::now());
                 self.snapshot = pods;
             }
         }
@@ -372,11 +376,15 @@ impl MirrorManager {
             }
         };
         if done {
+            // Only this mirror's create expectation ends here, not another's of the same name.
             let unshown = self
                 .expect
                 .created
-                .remove(&full)
-                .is_some_and(|(p, _)| podutil::uid(&p) == uid);
+                .get(&full)
+                .is_some_and(|(p, _)| podutil::uid(p) == uid);
+            if unshown {
+                self.expect.created.remove(&full);
+            }
             let d = Deleted {
                 at: Instant::now(),
                 shown: !unshown,
@@ -501,6 +509,21 @@ mod tests {
                 r.what
             );
         }
+    }
+
+    /// Snapshots in order, as the manager takes each one of a batch: a mirror it created that
+    /// one snapshot shows and the next lacks (a user deleted it) is gone, not still expected.
+    #[test]
+    fn a_write_shown_in_the_middle_of_a_batch_ends_its_expectation() {
+        let t0 = Instant::now();
+        let m = |uid: &str| Arc::new(pod(Some("h1"), Some("h1"), uid));
+        let mut e = Expectations::default();
+        e.created.insert("web-node1_default".into(), (m("b"), t0));
+        for snapshot in [vec![], vec![m("b")], vec![]] {
+            e.apply(snapshot, t0);
+        }
+        assert!(e.created.is_empty(), "{e:?}");
+        assert!(e.apply(vec![], t0).is_empty());
     }
 
     #[test]

@@ -1053,19 +1053,20 @@ pub async fn terminate_pod(
     // Held until this read is in, as in `sync_pod_inner`: with 100 pods deleted at once a relist
     // read each pod again, once more than the read here (5 CRI calls a read).
     drop(acting);
-    if let Ok(rt) = read {
-        let ids: Vec<String> = rt
-            .containers
-            .iter()
-            .filter(|c| c.state == ContainerState::Running)
-            .map(|c| c.id.clone())
-            .collect();
-        if !ids.is_empty() {
-            // The worker retries the termination from a read that shows them running.
-            return Err(RuntimeError::StillRunning { ids });
-        }
-        publish(ctx, state, pod, &rt).await;
+    // Without a read there is no final status, and nothing shows the containers stopped: the
+    // termination is retried, as upstream's `SyncTerminatingPod` returns GetPodStatus's error.
+    let rt = read?;
+    let ids: Vec<String> = rt
+        .containers
+        .iter()
+        .filter(|c| c.state == ContainerState::Running)
+        .map(|c| c.id.clone())
+        .collect();
+    if !ids.is_empty() {
+        // The worker retries the termination from a read that shows them running.
+        return Err(RuntimeError::StillRunning { ids });
     }
+    publish(ctx, state, pod, &rt).await;
     // Upstream `killPod`: once the containers are stopped, the pod cgroup keeps minimum shares.
     ctx.cm.reduce_cpu_limits(pod).await;
     // Nothing runs any more: a finished pod whose object stays (restartPolicy Never, Succeeded)
