@@ -431,25 +431,27 @@ def summary(results):
           " / the same round's floor teardown) ===")
     for n, kind, k, base, gone in gone_rows:
         print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each(gone)}")
-    print("\n  CPU seconds from submission to all running (median over rounds): the machine's busy time"
-          " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
-          " the floor's own client)")
-    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  bench client  rest")
-    for r in rows:
-        if r.get("busy") is None:
-            continue
-        print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(r['busy'])} |    {f(r.get('cpu_rk') or 0.0)}"
-              f"             {f(r['cpu_runtime'])}           {f(r.get('cpu_api') or 0.0)}"
-              f"         {f(r.get('cpu_bench') or 0.0)}  {f(r['cpu_rest'])}")
-    print("\n  CPU seconds from delete to all cleaned up (the floor: its teardown), median over rounds")
-    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  bench client  rest")
-    for r in rows:
-        if r.get("d_busy") is None:
-            continue
-        print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(r['d_busy'])} |    {f(r.get('d_cpu_rk') or 0.0)}"
-              f"             {f(r['d_cpu_runtime'])}           {f(r.get('d_cpu_api') or 0.0)}"
-              f"         {f(r.get('d_cpu_bench') or 0.0)}  {f(r['d_cpu_rest'])}")
+    cpu_table("CPU seconds from submission to all running (median over rounds): the machine's busy time"
+              " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
+              " the floor's own client)", rows, "")
+    cpu_table("CPU seconds from delete to all cleaned up (the floor: its teardown), median over rounds",
+              rows, "d_")
 
+
+def cpu_table(title, rows, prefix):
+    """One CPU table of the summary: the figures keyed `prefix` + busy, cpu_rk, ... per row."""
+    f = lambda x: "  -  " if x is None else f"{x:5.2f}"
+    # The floor has no kubelet, apiserver or bench client: those print as 0.
+    g = lambda r, k: r.get(prefix + k) if k in ("busy", "cpu_runtime", "cpu_rest") \
+        else r.get(prefix + k) or 0.0
+    print("\n  " + title)
+    print("     N kind      busy | rkubelet  containerd+shims  apiserver+etcd  bench client  rest")
+    for r in rows:
+        if r.get(prefix + "busy") is None:
+            continue
+        print(f"  {r['n']:4d} {r['kind'][:8]:8s} {f(g(r, 'busy'))} |    {f(g(r, 'cpu_rk'))}"
+              f"             {f(g(r, 'cpu_runtime'))}           {f(g(r, 'cpu_api'))}"
+              f"         {f(g(r, 'cpu_bench'))}  {f(g(r, 'cpu_rest'))}")
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
