@@ -228,8 +228,8 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
     h.until("a relist", Duration::from_secs(5), |f| relists(f).len() > n)
         .await;
     // Every read of the pod, whole or of what the worker knows, asks its sandbox's status.
-    let sandbox_reads = |f: &FakeRuntime| h_calls(f, "pod_sandbox_status", "p");
-    let before = sandbox_reads(&h.fake);
+    let sandbox_reads = || h.calls("pod_sandbox_status", "p").len();
+    let before = sandbox_reads();
     h.want(vec![]).await;
     h.until("the sandbox removed", Duration::from_secs(30), |f| {
         f.calls().iter().any(|c| c.op == "remove_pod_sandbox")
@@ -240,7 +240,7 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
         1,
         "one stop per container"
     );
-    let reads = sandbox_reads(&h.fake) - before;
+    let reads = sandbox_reads() - before;
     let t0 = h.calls("stop_container", "app")[0].at;
     let log: Vec<String> = h
         .fake
@@ -254,13 +254,6 @@ async fn a_pod_stopped_by_the_kubelet_is_not_read_per_exit_event() {
         "{reads} reads of the pod to stop and remove it: {log:#?}"
     );
     h.stop().await;
-}
-
-fn h_calls(f: &FakeRuntime, op: &str, key: &str) -> usize {
-    f.calls()
-        .iter()
-        .filter(|c| c.op == op && c.key == key)
-        .count()
 }
 
 /// A pod its worker stopped is read as what was stopped: one PodSandboxStatus per sandbox and
