@@ -137,6 +137,17 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         &["create", "-f", "-"],
         Some(&api_pod("crasher", &env.node, "sleep 1; exit 3", 1, "")),
     );
+    // A shell as PID 1 with no handler ignores SIGTERM: only the grace period ends it.
+    cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&api_pod(
+            "stubborn",
+            &env.node,
+            "while true; do sleep 1; done",
+            300,
+            "",
+        )),
+    );
 
     let pod = wait_json("app Running in the API", Duration::from_secs(30), || {
         let p = cp.get_json(&["pod", "app"])?;
@@ -191,7 +202,7 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
             .as_array()
             .unwrap()
             .len(),
-        2
+        3
     );
 
     // kubectl delete: the container stops on SIGTERM and the object goes away once it has,
@@ -211,6 +222,47 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(env.kubelet_log().contains("deleted from the API server"));
+
+    // A force delete while a pod is in a long graceful stop ends it with the shorter grace
+    // period (upstream's pod worker restarts the stop with it), not after the 300 s.
+    let stubborn = wait_json("stubborn Running", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "stubborn"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let uid = stubborn["metadata"]["uid"].as_str().unwrap().to_string();
+    cp.kubectl(&["delete", "pod", "stubborn", "--wait=false"]);
+    wait_until(Duration::from_secs(30), "stubborn stopping", || {
+        env.kubelet_log()
+            .lines()
+            .any(|l| l.contains("pod deleted in the API") && l.contains("stubborn"))
+            .then_some(())
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        env.containers_of(&uid).await.len(),
+        1,
+        "still in its grace period"
+    );
+    assert!(cp.get_json(&["pod", "stubborn"]).is_some());
+    let forced = Instant::now();
+    cp.kubectl(&[
+        "delete",
+        "pod",
+        "stubborn",
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ]);
+    while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
+        // 2 s of grace (upstream's minimum for a stop) and the removal.
+        assert!(
+            forced.elapsed() < Duration::from_secs(30),
+            "stubborn still there {:?} after its force delete",
+            forced.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(env.kubelet_log().contains("grace period shortened"));
 }
 
 fn static_web(tag: &str) -> String {

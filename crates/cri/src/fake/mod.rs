@@ -9,7 +9,7 @@
 //! Delays sleep on tokio's clock, so tests under paused time see a slow runtime without waiting.
 //! Timestamps come from an injectable clock, so they can follow the same paused time.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -79,6 +79,8 @@ struct State {
     /// Container names -> how many more stops (its StopContainer, its sandbox's
     /// StopPodSandbox) leave it running while answering success.
     survive_stops: HashMap<String, u32>,
+    /// Container names whose StopContainer waits its whole timeout before it kills.
+    ignore_sigterm: HashSet<String>,
     events: events::Events,
 }
 
@@ -149,6 +151,13 @@ impl FakeRuntime {
     /// upstream's `SyncTerminatingPod` guards against.
     pub fn survive_stops(&self, name: &str, n: u32) {
         self.lock().survive_stops.insert(name.to_string(), n);
+    }
+
+    /// StopContainer of container `name` takes its whole timeout before the container exits, as
+    /// containerd's does for a process that ignores SIGTERM (a shell running as PID 1). A
+    /// request dropped meanwhile leaves it running, as containerd does when the caller cancels.
+    pub fn ignore_sigterm(&self, name: &str) {
+        self.lock().ignore_sigterm.insert(name.to_string());
     }
 
     /// Stops every running instance of container `name` with `code` (the process died).

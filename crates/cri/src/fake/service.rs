@@ -357,7 +357,12 @@ impl Runtime for FakeRuntime {
     fn stop_container(&self, req: api::StopContainerRequest) -> Reply<api::StopContainerResponse> {
         let id = req.container_id;
         let id2 = id.clone();
-        self.call(
+        let ignores = {
+            let st = self.lock();
+            st.ignore_sigterm.contains(&container_key(&st, &id))
+        };
+        let timeout = Duration::from_secs(req.timeout.max(0) as u64);
+        let reply = self.call(
             "stop_container",
             |st| container_key(st, &id),
             req.timeout.to_string(),
@@ -381,7 +386,14 @@ impl Runtime for FakeRuntime {
                 }
                 Ok(Default::default())
             },
-        )
+        );
+        if !ignores {
+            return reply;
+        }
+        Box::pin(async move {
+            tokio::time::sleep(timeout).await;
+            reply.await
+        })
     }
 
     fn remove_container(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     Container, ExecAction, Lifecycle, LifecycleHandler, Pod, PodSpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use rkubelet_cri::fake::{Call, FakeRuntime};
 use rkubelet_cri::{api, CriClient};
 use tokio::sync::mpsc;
@@ -329,6 +329,52 @@ async fn deletion_runs_pre_stop_then_stops_with_the_grace_period() {
     // StopContainer gets the grace left after the hook: 45 s minus its 5 s.
     let grace: i64 = calls[stop].detail.parse().expect("stop grace");
     assert!((39..=40).contains(&grace), "stop grace {grace}");
+    assert!(h.fake.containers().is_empty(), "containers removed");
+    h.stop().await;
+}
+
+/// A force delete of a pod that stops slowly (its container ignores SIGTERM; 300 s of grace)
+/// stops it again with the shorter grace period, as upstream's pod worker does when
+/// `calculateEffectiveGracePeriod` shortens it: the pod is gone in seconds, not minutes.
+#[tokio::test(start_paused = true)]
+async fn a_force_delete_stops_a_slowly_stopping_pod_again_with_its_shorter_grace() {
+    let h = Harness::start().await;
+    h.fake.ignore_sigterm("app");
+    let mut p = pod("web", "uid-web", vec![container("app")]);
+    if let Some(s) = p.spec.as_mut() {
+        s.termination_grace_period_seconds = Some(300);
+    }
+    h.run_app(p.clone()).await;
+    let deleted = |grace: i64| {
+        let mut d = p.clone();
+        d.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        d.metadata.deletion_grace_period_seconds = Some(grace);
+        d
+    };
+    let stops = || -> Vec<String> {
+        h.calls("stop_container", "app")
+            .into_iter()
+            .map(|c| c.detail)
+            .collect()
+    };
+    h.want(vec![deleted(300)]).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(running(&h.fake, "web", "app"), "still in its grace period");
+    assert_eq!(stops(), ["300"]);
+    // The API's force delete: the object shows a grace period of 0 before it goes.
+    let forced = Instant::now();
+    h.want(vec![deleted(0)]).await;
+    h.until("sandbox removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty()
+    })
+    .await;
+    // Upstream's minimum grace period for a stop is 2 s.
+    assert_eq!(stops(), ["300", "2"]);
+    assert!(
+        forced.elapsed() < Duration::from_secs(10),
+        "stopped {:?} after the force delete",
+        forced.elapsed()
+    );
     assert!(h.fake.containers().is_empty(), "containers removed");
     h.stop().await;
 }

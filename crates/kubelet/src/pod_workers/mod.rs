@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{warn, Instrument};
+use tracing::{info, warn, Instrument};
 
 use crate::podutil;
 use crate::runtime::manager::RuntimePodRef;
@@ -59,12 +59,17 @@ pub trait PodSyncer: Send + Sync + 'static {
     /// Upstream `SyncTerminatingPod`: stop every container with the grace period (the override,
     /// else the pod's own) and publish the final status, `Failed` as `failure` says when the
     /// kubelet fails the pod (an eviction). Retried until it succeeds.
+    ///
+    /// `shortened` is cancelled when a shorter grace period arrives (a force delete while the
+    /// pod stops): the syncer stops waiting for the containers and returns an error, and the
+    /// worker runs it again with the newest pod and grace. Upstream cancels the sync's context.
     fn sync_terminating_pod(
         &self,
         state: &mut Self::State,
         pod: &Arc<Pod>,
         grace: Option<Duration>,
         failure: Option<&PodFailure>,
+        shortened: &CancellationToken,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
     /// Upstream `SyncTerminatingRuntimePod`: a pod no source wants and only the runtime knows;
@@ -112,9 +117,10 @@ pub enum Phase {
     /// Its full name is still held by another UID that is terminating.
     WaitingForName,
     Syncing,
-    /// Being stopped with this grace override (None: the pod's own).
+    /// Being stopped with this grace period; it can only get shorter (upstream
+    /// `calculateEffectiveGracePeriod`).
     Terminating {
-        grace: Option<Duration>,
+        grace: Duration,
     },
     /// Stopped; its worker is cleaning up.
     Terminated,
@@ -324,8 +330,10 @@ impl<S: PodSyncer> PodWorkers<S> {
             .insert(uid, PodRecord::new(Some(pod), full_name, Phase::Rejected));
     }
 
-    /// Stop the pod and remove everything it had (upstream `UpdatePod` with `SyncPodKill`).
-    /// Termination is final: a pod already terminating keeps its first grace period.
+    /// Stop the pod and remove everything it had (upstream `UpdatePod` with `SyncPodKill`), with
+    /// `grace` (None: the pod's own, its deletion's if it has one). Termination is final: a pod
+    /// already terminating goes on, and only a shorter grace period changes it: the worker
+    /// stops the pod again with that one (a force delete of a pod stopping slowly).
     pub fn terminate(&mut self, pod: Arc<Pod>, grace: Option<Duration>) {
         self.terminate_with(pod, grace, None);
     }
@@ -349,9 +357,10 @@ impl<S: PodSyncer> PodWorkers<S> {
     ) {
         let uid = podutil::uid(&pod).to_string();
         let full_name = podutil::full_name(&pod);
-        let work = Work::Terminate {
+        let grace = effective_grace(&pod, grace);
+        let mut work = Work::Terminate {
             pod: pod.clone(),
-            grace,
+            grace: Some(grace),
             failure,
         };
         let mut after = None;
@@ -361,6 +370,28 @@ impl<S: PodSyncer> PodWorkers<S> {
                     w.send_replace(work);
                     r.phase = Phase::Terminating { grace };
                     r.pod = Some(pod);
+                    r.next_sync = None;
+                    return;
+                }
+                (Phase::Terminating { grace: now }, Some(w)) if grace < now => {
+                    info!(pod = %podutil::describe(&pod), from = ?now, to = ?grace, "grace period shortened");
+                    w.send_modify(|cur| {
+                        // The kubelet's failure (an eviction) stays, whatever stops the pod.
+                        if let Work::Terminate {
+                            failure: Some(f), ..
+                        } = cur
+                        {
+                            work = Work::Terminate {
+                                pod: pod.clone(),
+                                grace: Some(grace),
+                                failure: Some(f.clone()),
+                            };
+                        }
+                        *cur = work;
+                    });
+                    r.phase = Phase::Terminating { grace };
+                    r.pod = Some(pod);
+                    r.restart = None;
                     r.next_sync = None;
                     return;
                 }
@@ -398,7 +429,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             None,
             full_name,
             Work::TerminateRuntime { pod, grace },
-            Phase::Terminating { grace: Some(grace) },
+            Phase::Terminating { grace },
             None,
         );
     }
@@ -535,6 +566,14 @@ impl<S: PodSyncer> PodWorkers<S> {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// The grace period a termination asked for with `requested` uses: the request, else the
+/// deletion's, else the spec's (upstream `calculateEffectiveGracePeriod`, which takes the
+/// smallest of these once a pod is terminating; [`PodWorkers::terminate`] does that).
+fn effective_grace(pod: &Pod, requested: Option<Duration>) -> Duration {
+    requested
+        .unwrap_or_else(|| Duration::from_secs(podutil::grace_period_seconds(pod).max(0) as u64))
 }
 
 #[cfg(test)]

@@ -49,16 +49,21 @@ impl PodSyncer for Recorder {
         pod: &Arc<Pod>,
         grace: Option<Duration>,
         failure: Option<&PodFailure>,
+        shortened: &CancellationToken,
     ) -> Result<(), RuntimeError> {
+        let uid = podutil::uid(pod);
         match failure {
-            Some(f) => self.push(format!(
-                "terminating {} {grace:?} {}",
-                podutil::uid(pod),
-                f.reason
-            )),
-            None => self.push(format!("terminating {} {grace:?}", podutil::uid(pod))),
+            Some(f) => self.push(format!("terminating {uid} {grace:?} {}", f.reason)),
+            None => self.push(format!("terminating {uid} {grace:?}")),
         }
-        Ok(())
+        // Its containers take the whole grace period to stop (they ignore SIGTERM).
+        tokio::select! {
+            _ = tokio::time::sleep(grace.unwrap_or_default()) => Ok(()),
+            _ = shortened.cancelled() => {
+                self.push(format!("interrupted {uid}"));
+                Err(RuntimeError::GraceShortened)
+            }
+        }
     }
 
     async fn sync_terminating_runtime_pod(
@@ -132,8 +137,9 @@ async fn termination_is_final_until_the_pod_is_added_again() {
     t.workers.update(p.clone());
     t.settle().await;
     t.workers.terminate(p.clone(), Some(Duration::from_secs(5)));
-    // A second termination keeps the first grace period.
-    t.workers.terminate(p.clone(), Some(Duration::from_secs(1)));
+    // A second termination with a longer grace period changes nothing.
+    t.workers
+        .terminate(p.clone(), Some(Duration::from_secs(10)));
     assert!(t.until_finished("u1").await.is_empty());
     assert!(matches!(
         t.workers.phase("u1"),
@@ -174,7 +180,12 @@ async fn a_uid_forgotten_after_a_listing_starts_afresh() {
     t.settle().await;
     assert_eq!(
         t.syncer.ops(),
-        ["sync u1", "terminating u1 None", "terminated u1", "sync u1"]
+        [
+            "sync u1",
+            "terminating u1 Some(30s)",
+            "terminated u1",
+            "sync u1"
+        ]
     );
 }
 
@@ -219,7 +230,7 @@ async fn a_pod_readded_while_terminating_restarts_after_it_finished() {
         t.syncer.ops(),
         [
             "sync u",
-            "terminating u None",
+            "terminating u Some(30s)",
             "terminated u",
             "new_state u after a finished worker",
             "sync u"
@@ -269,6 +280,81 @@ async fn an_eviction_terminates_a_syncing_pod_once_with_its_failure() {
         [
             "sync u1",
             "terminating u1 Some(1s) Evicted",
+            "terminated u1"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_grace_period_stops_a_terminating_pod_again_with_it() {
+    let mut t = Table::new();
+    let mut p = pod("a", "u1");
+    Arc::make_mut(&mut p).spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        termination_grace_period_seconds: Some(300),
+        ..Default::default()
+    });
+    t.workers.update(p.clone());
+    t.settle().await;
+    // Deleted with the pod's own grace period; its containers take all of it.
+    let start = Instant::now();
+    t.workers.terminate(p.clone(), None);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        t.workers.phase("u1"),
+        Some(Phase::Terminating {
+            grace: Duration::from_secs(300)
+        })
+    );
+    // A force delete: the API shows the deletion's grace period as 0 (upstream's minimum is
+    // the runtime's to apply).
+    let mut forced = (*p).clone();
+    forced.metadata.deletion_grace_period_seconds = Some(0);
+    t.workers.terminate(Arc::new(forced), None);
+    assert_eq!(
+        t.workers.phase("u1"),
+        Some(Phase::Terminating {
+            grace: Duration::ZERO
+        })
+    );
+    assert!(t.until_finished("u1").await.is_empty());
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        t.syncer.ops(),
+        [
+            "sync u1",
+            "terminating u1 Some(300s)",
+            "interrupted u1",
+            "terminating u1 Some(0ns)",
+            "terminated u1"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_evicted_pod_keeps_its_failure_when_its_deletion_shortens_the_stop() {
+    let mut t = Table::new();
+    let p = pod("a", "u1");
+    t.workers.update(p.clone());
+    t.settle().await;
+    let failure = PodFailure {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+    };
+    assert!(t.workers.evict(p.clone(), Duration::from_secs(30), failure));
+    t.settle().await;
+    t.workers.terminate(p, Some(Duration::from_secs(2)));
+    assert!(t.until_finished("u1").await.is_empty());
+    assert_eq!(
+        t.syncer.ops(),
+        [
+            "sync u1",
+            "terminating u1 Some(30s) Evicted",
+            "interrupted u1",
+            "terminating u1 Some(2s) Evicted",
             "terminated u1"
         ]
     );

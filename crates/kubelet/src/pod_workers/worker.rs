@@ -2,6 +2,7 @@
 //! the matching [`PodSyncer`] operation. "Latest wins" is a `watch` channel: a worker busy
 //! syncing sees only the newest update when it looks again.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,25 +19,69 @@ pub const ERROR_RETRY: Duration = Duration::from_secs(10);
 /// First retry of a failed termination step; doubles up to [`ERROR_RETRY`].
 const TERMINATE_RETRY: Duration = Duration::from_secs(1);
 
-/// Runs a termination step until it succeeds, backing off from 1 s to [`ERROR_RETRY`]; false
-/// when the kubelet stops meanwhile. (A macro, not a function: each attempt borrows the
+/// How a termination step ended.
+pub(super) enum Step {
+    Done,
+    /// The kubelet is stopping: the worker leaves the pod as it is.
+    Stopped,
+    /// A shorter grace period arrived before the containers were stopped: run it again.
+    Shortened,
+}
+
+/// Runs a termination step until it succeeds, backing off from 1 s to [`ERROR_RETRY`], and says
+/// how it ended (see [`Step`]). The form with `$shortened` gives up on a failed attempt, or its
+/// backoff, once that token is cancelled. (A macro, not a function: each attempt borrows the
 /// worker's state anew.)
 macro_rules! retry {
     ($cancel:expr, $step:expr) => {{
+        let never = CancellationToken::new();
+        retry!($cancel, &never, $step)
+    }};
+    ($cancel:expr, $shortened:expr, $step:expr) => {{
         let mut retry = crate::backoff::Exponential::new(TERMINATE_RETRY, ERROR_RETRY).retry();
         loop {
             match Box::pin($step).await {
-                Ok(()) => break !$cancel.is_cancelled(),
+                Ok(()) if $cancel.is_cancelled() => break Step::Stopped,
+                Ok(()) => break Step::Done,
+                Err(_) if $shortened.is_cancelled() => break Step::Shortened,
                 Err(e) => {
                     let delay = retry.next_delay();
                     warn!(error = %e, retry_in = ?delay, "failed to terminate pod");
-                    if !crate::backoff::sleep(delay, $cancel).await {
-                        break false;
+                    tokio::select! {
+                        slept = crate::backoff::sleep(delay, $cancel) => if !slept {
+                            break Step::Stopped;
+                        },
+                        _ = $shortened.cancelled() => break Step::Shortened,
                     }
                 }
             }
         }
     }};
+}
+
+/// Runs a termination `step` while watching for newer work. A terminating worker is sent new
+/// work only when the grace period gets shorter ([`super::PodWorkers::terminate`]); that
+/// cancels `shortened`, which the step watches while it waits for the containers to stop.
+/// (Upstream's `UpdatePod` cancels the running sync's context for the same reason.)
+async fn watching_for_shorter(
+    rx: &mut watch::Receiver<Work>,
+    shortened: &CancellationToken,
+    step: impl Future<Output = Step>,
+) -> Step {
+    let mut step = std::pin::pin!(step);
+    let mut watching = true;
+    loop {
+        tokio::select! {
+            s = &mut step => return s,
+            changed = rx.changed(), if watching => {
+                // Once is enough; a closed channel (the table is gone) changes nothing.
+                watching = false;
+                if changed.is_ok() {
+                    shortened.cancel();
+                }
+            }
+        }
+    }
 }
 
 /// The newest thing a worker should do.
@@ -76,7 +121,10 @@ pub(super) async fn run<S: PodSyncer>(
         let work = rx.borrow_and_update().clone();
         match work {
             Work::TerminateRuntime { pod, grace } => {
-                if !retry!(&cancel, syncer.sync_terminating_runtime_pod(&pod, grace)) {
+                if !matches!(
+                    retry!(&cancel, syncer.sync_terminating_runtime_pod(&pod, grace)),
+                    Step::Done
+                ) {
                     return;
                 }
                 info!("runtime pod stopped and removed");
@@ -89,14 +137,27 @@ pub(super) async fn run<S: PodSyncer>(
                 failure,
             } => {
                 let st = state.get_or_insert_with(|| syncer.new_state(&pod, after));
-                if !retry!(
-                    &cancel,
-                    syncer.sync_terminating_pod(st, &pod, grace, failure.as_ref())
-                ) {
-                    return;
+                let shortened = CancellationToken::new();
+                let stopping = async {
+                    retry!(
+                        &cancel,
+                        &shortened,
+                        syncer.sync_terminating_pod(st, &pod, grace, failure.as_ref(), &shortened)
+                    )
+                };
+                match watching_for_shorter(&mut rx, &shortened, stopping).await {
+                    Step::Done => {}
+                    Step::Stopped => return,
+                    Step::Shortened => {
+                        info!("grace period shortened; stopping the pod again with it");
+                        continue;
+                    }
                 }
                 let _ = events.send(WorkerEvent::Terminated { uid: uid.clone() });
-                if !retry!(&cancel, syncer.sync_terminated_pod(st, &pod)) {
+                if !matches!(
+                    retry!(&cancel, syncer.sync_terminated_pod(st, &pod)),
+                    Step::Done
+                ) {
                     return;
                 }
                 info!("pod terminated and cleaned up");
@@ -111,7 +172,9 @@ pub(super) async fn run<S: PodSyncer>(
                 let out: SyncOutcome = Box::pin(syncer.sync_pod(st, &pod)).await;
                 if out.terminal {
                     info!("pod reached a terminal phase; stopping its sandbox");
-                    match Box::pin(syncer.sync_terminating_pod(st, &pod, None, None)).await {
+                    let never = CancellationToken::new();
+                    match Box::pin(syncer.sync_terminating_pod(st, &pod, None, None, &never)).await
+                    {
                         Ok(()) => done = true,
                         Err(e) => {
                             warn!(error = %e, "failed to stop terminal pod; will retry");

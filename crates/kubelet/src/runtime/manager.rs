@@ -44,6 +44,10 @@ pub enum RuntimeError {
     /// while the container runs on (its words).
     #[error("detected running containers after a successful KillPod, CRI violation: {ids:?}")]
     StillRunning { ids: Vec<String> },
+    /// A shorter grace period arrived while the pod's containers were being stopped; the pod
+    /// worker stops them again with it.
+    #[error("termination interrupted: a shorter grace period arrived")]
+    GraceShortened,
 }
 
 fn cri(what: impl Into<String>) -> impl FnOnce(CriError) -> RuntimeError {

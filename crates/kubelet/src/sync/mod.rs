@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
@@ -1027,6 +1028,7 @@ pub async fn terminate_pod(
     pod: &Arc<Pod>,
     grace_override: Option<Duration>,
     failure: Option<&compute::PodFailure>,
+    shortened: &CancellationToken,
 ) -> Result<(), RuntimeError> {
     if let Some(f) = failure {
         state.failure = Some(f.clone());
@@ -1043,7 +1045,13 @@ pub async fn terminate_pod(
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
     let acting = ctx.runtime.acting.mark(podutil::uid(pod));
-    hooks::kill_pod(ctx, pod, &rt, g).await?;
+    // A shorter grace period ends the wait for this stop, and the worker stops the pod again
+    // with it. Dropping the requests ends containerd's wait for them; the next StopContainer
+    // signals again and kills after the shorter timeout.
+    tokio::select! {
+        stopped = hooks::kill_pod(ctx, pod, &rt, g) => stopped?,
+        _ = shortened.cancelled() => return Err(RuntimeError::GraceShortened),
+    }
     let killed = tokio::time::Instant::now();
     state.last_sync = Some(killed);
     let read = ctx

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     cleanup_pod, remove_from_runtime, remove_pod_cgroup, remove_pod_dir, sync_pod, terminate_pod,
@@ -42,8 +43,9 @@ impl PodSyncer for Syncer {
         pod: &Arc<Pod>,
         grace: Option<Duration>,
         failure: Option<&PodFailure>,
+        shortened: &CancellationToken,
     ) -> Result<(), RuntimeError> {
-        terminate_pod(&self.ctx, state, pod, grace, failure).await
+        terminate_pod(&self.ctx, state, pod, grace, failure, shortened).await
     }
 
     async fn sync_terminating_runtime_pod(
