@@ -377,7 +377,8 @@ def summary(results):
     ratio = lambda a, b: "  -  " if a is None or not b else f"{a / b:5.2f}"
     print("\n=== summary: seconds from submission, median over rounds; ratio = rkubelet / floor ===")
     print("  floor+cg: the floor with each pod in its own pod cgroup (the sandbox's cgroup parent);"
-          " floor+sh(ape): and with the configs rkubelet sends")
+          " floor+sh(ape): and with the configs rkubelet sends;\n  floor+ap(i): and making the"
+          " API requests a node makes for them (mirror, status, events; node credentials)")
     print("  standalone: static pods, rkubelet without an API server; static: the same as a node")
     print("     N kind     rounds |  p50   p99   all  | started: p50  p99   all  | ratio started: p50  p99   all"
           " | ratio Running: p50  p99   all | vs floor+cg started: p50  all | vs floor+shape: p50  all | gone")
@@ -431,6 +432,20 @@ def summary(results):
           " / the same round's floor teardown) ===")
     for n, kind, k, base, gone in gone_rows:
         print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each(gone)}")
+    # The node's phases against the floor that makes the node's API requests too: what rkubelet
+    # adds over the runtime plus the API server work any kubelet asks for.
+    print("\n=== the node's phases, paired against floor+api (the runtime and a node's API requests,"
+          " no kubelet) ===")
+    print("     N kind     rounds | start p50   all | delete | each round: start p50; delete")
+    for (n, kind), rs in groups.items():
+        fa = groups.get((n, "floor+api"), [])
+        if kind.startswith("floor") or kind == "standalone" or len(fa) != len(rs):
+            continue
+        pair = lambda key, base_key: [r.get(key) / b.get(base_key) for r, b in zip(rs, fa)
+                                      if r.get(key) is not None and b.get(base_key)]
+        s50, sall, gone = pair("s50", "p50"), pair("sall", "all"), pair("gone", "gone")
+        print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |    {f(median(s50))} {f(median(sall))} |"
+              f"  {f(median(gone))} | {each(s50)}; {each(gone)}")
     cpu_table("CPU seconds from submission to all running (median over rounds): the machine's busy time"
               " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
               " the floor's own client)", rows, "")

@@ -12,7 +12,11 @@
 #      cgroup parent, as a kubelet makes them (`--pod-cgroups`, under $FLOOR_CGROUP_ROOT); then
 #      again sending the sandbox and container configs rkubelet sends for the same manifest, built
 #      by rkubelet's config builders (`--kubelet-shape`: DNS, seccomp, the hosts and termination-log
-#      mounts, masked paths): the runtime's work for rkubelet's pods, "floor+shape";
+#      mounts, masked paths): the runtime's work for rkubelet's pods, "floor+shape"; then again
+#      making beside it, with the node's credentials, the API requests a node makes for static pods
+#      (`--api`: mirror pods, status patches, events): "floor+api", what the node's phases pay
+#      for the API server and etcd on the same cores with no kubelet's own work (run last in each
+#      round: the mirrors' owner is the Node the node's phase registers);
 #   2. rkubelet standalone (no --kubeconfig, no API server work on the same cores), static pods:
 #      N manifests renamed into staticPodPath at once, polled on /pods;
 #   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events),
@@ -147,6 +151,13 @@ EOF
         RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" static "$n" "$port" "$CD/manifests" "$NODE_NAME" "$sock" "$logf" "$RESULTS"
         RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
         stop_rkubelet
+
+        # floor+api last: its mirror pods need the Node object (owner reference), which the
+        # node's phase registered.
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
+            --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root" --api "$kc" --node "$NODE_NAME"
+        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
+        rm -rf "$CD/floor-root"
     done
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     cleanup

@@ -15,10 +15,13 @@
 //! runtime and the kernel (runc then nests every container of the pod one level deeper) from
 //! what the kubelet itself adds. Without it the runtime puts each sandbox at its own default.
 //!
+//! With `--api KUBECONFIG` (and the shape) the floor also makes the API requests a kubelet node
+//! makes for these pods, as the node whose credentials KUBECONFIG holds (`--node`): see `node_api`.
+//!
 //! ```text
 //! cri-floor --endpoint unix:///run/containerd.sock --pods 30 --logs-dir /tmp/x/pod-logs \
 //!           [--image rkubelet.local/busybox:1.35] [--grace 5] [--json results.jsonl] [--keep]
-//!           [--pod-cgroups /floor-root]
+//!           [--pod-cgroups /floor-root [--kubelet-shape ROOT_DIR [--api KUBECONFIG --node NAME]]]
 //! ```
 //!
 //! Prints figures; asserts nothing. Exits non-zero if a pod fails to start (the figures would lie).
@@ -33,7 +36,9 @@ use anyhow::{bail, Context, Result};
 use cgroups::{AnyManager, CgroupManager, CgroupName, ResourceConfig};
 use rkubelet_cri::{api, CriClient};
 
+mod node_api;
 mod shape;
+use node_api::{ApiLoad, Write};
 use shape::Shape;
 
 /// A BestEffort pod's cpu shares (upstream `MinShares`), for its QoS tier and its pod cgroup.
@@ -49,6 +54,8 @@ struct Args {
     keep: bool,
     pod_cgroups: Option<String>,
     kubelet_shape: Option<PathBuf>,
+    api: Option<PathBuf>,
+    node: String,
 }
 
 fn parse_args() -> Result<Args> {
@@ -62,6 +69,8 @@ fn parse_args() -> Result<Args> {
         keep: false,
         pod_cgroups: None,
         kubelet_shape: None,
+        api: None,
+        node: "floorbench".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,14 +85,19 @@ fn parse_args() -> Result<Args> {
             "--keep" => a.keep = true,
             "--pod-cgroups" => a.pod_cgroups = Some(value()?),
             "--kubelet-shape" => a.kubelet_shape = Some(value()?.into()),
+            "--api" => a.api = Some(value()?.into()),
+            "--node" => a.node = value()?,
             other => bail!("unknown flag {other:?}"),
         }
     }
     if a.endpoint.is_empty() || a.logs_dir.as_os_str().is_empty() || a.pods == 0 {
-        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT [--kubelet-shape ROOT_DIR]]");
+        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT [--kubelet-shape ROOT_DIR [--api KUBECONFIG --node NAME]]]");
     }
     if a.kubelet_shape.is_some() && a.pod_cgroups.is_none() {
         bail!("--kubelet-shape needs --pod-cgroups: rkubelet's pods have their pod cgroups");
+    }
+    if a.api.is_some() && a.kubelet_shape.is_none() {
+        bail!("--api needs --kubelet-shape: the node's requests are for rkubelet's pods");
     }
     Ok(a)
 }
@@ -101,6 +115,11 @@ struct Timing {
     running: Duration,
     sandbox_id: String,
     container_id: String,
+    /// With `--api`: the pod, and its mirror's writes.
+    api: Option<(
+        Arc<k8s_openapi::api::core::v1::Pod>,
+        tokio::sync::mpsc::UnboundedSender<Write>,
+    )>,
 }
 
 /// The cgroups of `--pod-cgroups`: the manager, and the QoS tier pods go under.
@@ -219,15 +238,27 @@ fn plain_container(image_ref: String, image: String) -> api::ContainerConfig {
     }
 }
 
+/// What makes the floor's pods more like a kubelet's (each `None` unless its flag is given).
+#[derive(Clone)]
+struct Kubelike {
+    pod_cgroups: Option<PodCgroups>,
+    shape: Option<Arc<Shape>>,
+    api: Option<ApiLoad>,
+}
+
 async fn start_pod(
     cri: CriClient,
     i: usize,
     image: String,
     logs_root: PathBuf,
-    pod_cgroups: Option<PodCgroups>,
-    shape: Option<Arc<Shape>>,
+    like: Kubelike,
     t0: Instant,
 ) -> Result<Timing> {
+    let Kubelike {
+        pod_cgroups,
+        shape,
+        api,
+    } = like;
     let name = format!("floor-{i:03}");
     let uid = pod_uid(i);
     // Shaped: the pod and its sandbox config as rkubelet makes them (`shape`).
@@ -244,6 +275,11 @@ async fn start_pod(
     };
     let logs_dir = PathBuf::from(&config.log_directory);
     let mut t = Timing::default();
+    // The node's requests, each when a kubelet makes it (see `node_api`).
+    let node = api.zip(shaped.as_ref()).map(|(api, (_, pod))| {
+        let writes = api.mirror(pod);
+        (api, Arc::new(pod.clone()), writes)
+    });
 
     if let Some(cg) = &pod_cgroups {
         let s = Instant::now();
@@ -274,6 +310,16 @@ async fn start_pod(
         .map(|n| n.ip)
         .unwrap_or_default();
     t.sandbox = s.elapsed();
+    if let Some((api, _, writes)) = &node {
+        let waiting = serde_json::json!({"waiting": {"reason": "ContainerCreating"}});
+        let st = node_api::status(
+            "Pending",
+            &ip,
+            node_api::container(waiting, &image, "", false),
+            false,
+        );
+        api.write(writes, Write::Status(Box::new(st)));
+    }
 
     let s = Instant::now();
     let spec = api::ImageSpec {
@@ -300,6 +346,10 @@ async fn start_pod(
         }
     };
     t.image = s.elapsed();
+    if let Some((api, pod, _)) = &node {
+        let msg = format!("Container image \"{image}\" already present on machine");
+        api.event(pod, true, "Pulled", msg);
+    }
 
     let s = Instant::now();
     tokio::fs::create_dir_all(logs_dir.join("sleep")).await?;
@@ -308,7 +358,7 @@ async fn start_pod(
             sh.container_config(pod, &image_ref, present.as_ref(), &ip)
                 .await?
         }
-        None => plain_container(image_ref, image),
+        None => plain_container(image_ref, image.clone()),
     };
     t.container_id = cri
         .create_container(api::CreateContainerRequest {
@@ -319,6 +369,9 @@ async fn start_pod(
         .await?
         .container_id;
     t.create = s.elapsed();
+    if let Some((api, pod, _)) = &node {
+        api.event(pod, true, "Created", "Created container sleep".into());
+    }
 
     let s = Instant::now();
     cri.start_container(api::StartContainerRequest {
@@ -327,6 +380,16 @@ async fn start_pod(
     .await?;
     t.start = s.elapsed();
     t.running = t0.elapsed();
+    if let Some((api, pod, writes)) = node {
+        api.event(&pod, true, "Started", "Started container sleep".into());
+        let running = serde_json::json!({"running": {"startedAt": k8s_openapi::jiff::Timestamp::now().to_string()}});
+        let c = node_api::container(running, &image, &t.container_id, true);
+        api.write(
+            &writes,
+            Write::Status(Box::new(node_api::status("Running", &ip, c, true))),
+        );
+        t.api = Some((pod, writes));
+    }
     Ok(t)
 }
 
@@ -336,7 +399,12 @@ async fn stop_pod(
     t: Timing,
     grace: i64,
     pod_cgroups: Option<PodCgroups>,
+    api: Option<ApiLoad>,
 ) -> Result<()> {
+    let node = api.zip(t.api.clone());
+    if let Some((api, (pod, _))) = &node {
+        api.event(pod, true, "Killing", "Stopping container sleep".into());
+    }
     cri.stop_container(api::StopContainerRequest {
         container_id: t.container_id.clone(),
         timeout: grace,
@@ -346,10 +414,21 @@ async fn stop_pod(
         pod_sandbox_id: t.sandbox_id.clone(),
     })
     .await?;
+    if let Some((api, (_, writes))) = &node {
+        let exited = serde_json::json!({"terminated": {"exitCode": 0, "reason": "Completed"}});
+        let c = node_api::container(exited, "", &t.container_id, false);
+        api.write(
+            writes,
+            Write::Status(Box::new(node_api::status("Succeeded", "", c, false))),
+        );
+    }
     cri.remove_pod_sandbox(api::RemovePodSandboxRequest {
         pod_sandbox_id: t.sandbox_id,
     })
     .await?;
+    if let Some((api, (_, writes))) = &node {
+        api.write(writes, Write::Delete);
+    }
     if let Some(cg) = pod_cgroups {
         cg.destroy(&pod_uid(i)).await?;
     }
@@ -365,17 +444,27 @@ struct CpuReading {
     /// Per pid: a process that exits within the window (another N's containerd still shutting
     /// down, as once made the runtime's share negative) must not count against the others.
     runtime: HashMap<u32, f64>,
+    /// The same for kube-apiserver and etcd (a node's requests, `--api`).
+    api: HashMap<u32, f64>,
 }
 
 impl CpuReading {
     /// The runtime's CPU seconds from `before` to `self`: the processes alive now, each from
     /// its reading then (zero if it started since).
     fn runtime_since(&self, before: &CpuReading) -> f64 {
-        self.runtime
-            .iter()
-            .map(|(pid, secs)| secs - before.runtime.get(pid).copied().unwrap_or(0.0))
-            .sum()
+        since(&self.runtime, &before.runtime)
     }
+
+    /// kube-apiserver's and etcd's CPU seconds from `before` to `self`, as [`Self::runtime_since`].
+    fn api_since(&self, before: &CpuReading) -> f64 {
+        since(&self.api, &before.api)
+    }
+}
+
+fn since(now: &HashMap<u32, f64>, before: &HashMap<u32, f64>) -> f64 {
+    now.iter()
+        .map(|(pid, secs)| secs - before.get(pid).copied().unwrap_or(0.0))
+        .sum()
 }
 
 fn clock_ticks() -> f64 {
@@ -414,7 +503,8 @@ fn cpu_reading() -> CpuReading {
             continue;
         };
         let comm = &s[open + 1..close];
-        if comm != "containerd" && !comm.starts_with("containerd-shim") {
+        let runtime = comm == "containerd" || comm.starts_with("containerd-shim");
+        if !runtime && comm != "kube-apiserver" && comm != "etcd" {
             continue;
         }
         let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
@@ -425,7 +515,12 @@ fn cpu_reading() -> CpuReading {
             .iter()
             .filter_map(|&i| f.get(i).and_then(|x| x.parse::<u64>().ok()))
             .sum();
-        out.runtime.insert(pid, ticks as f64 / tick);
+        let to = if runtime {
+            &mut out.runtime
+        } else {
+            &mut out.api
+        };
+        to.insert(pid, ticks as f64 / tick);
     }
     out
 }
@@ -454,6 +549,11 @@ async fn main() -> Result<()> {
         .transpose()?
         .map(Arc::new);
 
+    let api = match &a.api {
+        Some(kc) => Some(ApiLoad::new(kc, &a.node).await?),
+        None => None,
+    };
+
     let cpu0 = cpu_reading();
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..a.pods)
@@ -463,8 +563,11 @@ async fn main() -> Result<()> {
                 i,
                 a.image.clone(),
                 a.logs_dir.clone(),
-                pod_cgroups.clone(),
-                shape.clone(),
+                Kubelike {
+                    pod_cgroups: pod_cgroups.clone(),
+                    shape: shape.clone(),
+                    api: api.clone(),
+                },
                 t0,
             ))
         })
@@ -483,10 +586,20 @@ async fn main() -> Result<()> {
     let all = t0.elapsed().as_secs_f64();
     let cpu1 = cpu_reading();
     let (busy, runtime) = (cpu1.busy - cpu0.busy, cpu1.runtime_since(&cpu0));
+    let api_cpu = cpu1.api_since(&cpu0);
     let secs = |f: fn(&Timing) -> Duration| -> Vec<f64> {
         timings.iter().map(|(_, t)| f(t).as_secs_f64()).collect()
     };
     let run = secs(|t| t.running);
+    // The requests still in flight finish before the teardown, as a node's would have in the
+    // seconds the kubelet phases wait between start and delete.
+    let start_requests = match &api {
+        Some(api) => {
+            api.settle().await;
+            Some(api.requests.swap(0, std::sync::atomic::Ordering::Relaxed))
+        }
+        None => None,
+    };
 
     let mut gone = None;
     // The machine's busy CPU and containerd's over the teardown (a shim that exits in it is
@@ -504,6 +617,7 @@ async fn main() -> Result<()> {
                     t.clone(),
                     a.grace,
                     pod_cgroups.clone(),
+                    api.clone(),
                 ))
             })
             .collect();
@@ -514,7 +628,11 @@ async fn main() -> Result<()> {
         }
         gone = Some(t1.elapsed().as_secs_f64());
         let c1 = cpu_reading();
-        teardown_cpu = Some((c1.busy - c0.busy, c1.runtime_since(&c0)));
+        if let Some(api) = &api {
+            // Each mirror's task ends with its DELETE.
+            api.finish().await;
+        }
+        teardown_cpu = Some((c1.busy - c0.busy, c1.runtime_since(&c0), c1.api_since(&c0)));
     }
 
     if run.is_empty() {
@@ -523,6 +641,10 @@ async fn main() -> Result<()> {
     let (p50, p99) = (pct(&run, 50), pct(&run, 99));
     // The phase's kind in the JSON (cri-floor.py's summary groups by it) and its title.
     let (kind, how) = match (&pod_cgroups, &shape) {
+        (Some(_), Some(_)) if api.is_some() => (
+            "floor+api",
+            ", each in its pod cgroup, with rkubelet's configs and a node's API requests",
+        ),
         (Some(_), Some(_)) => (
             "floor+shape",
             ", each in its pod cgroup, with rkubelet's configs",
@@ -538,8 +660,8 @@ async fn main() -> Result<()> {
     // A shim that started in the window counts from zero; one that exited in it (none of the
     // floor's do before teardown) is missed.
     println!(
-        "  CPU s, start -> all running: machine busy {busy:.2}: containerd+shims {runtime:.2}, rest (runc, CNI, this floor, ...) {:.2}",
-        busy - runtime
+        "  CPU s, start -> all running: machine busy {busy:.2}: containerd+shims {runtime:.2}, apiserver+etcd {api_cpu:.2}, rest (runc, CNI, this floor, ...) {:.2}",
+        busy - runtime - api_cpu
     );
     let mut stages = vec![("sandbox+CNI", secs(|t| t.sandbox))];
     if pod_cgroups.is_some() {
@@ -564,21 +686,33 @@ async fn main() -> Result<()> {
             a.grace
         );
     }
-    if let Some((busy, runtime)) = teardown_cpu {
+    if let Some(api) = &api {
         println!(
-            "  CPU s, teardown: machine busy {busy:.2}: containerd+shims {runtime:.2}, rest (runc, CNI, exited shims, this floor, ...) {:.2}",
-            busy - runtime
+            "  API requests: {} to start, {} to tear down, {} failed (rkubelet's default limits: {} QPS, burst {})",
+            start_requests.unwrap_or(0),
+            api.requests.load(std::sync::atomic::Ordering::Relaxed),
+            api.failed.load(std::sync::atomic::Ordering::Relaxed),
+            node_api::QPS,
+            node_api::BURST
         );
     }
-    let (d_busy, d_runtime) = teardown_cpu.unzip();
+    if let Some((busy, runtime, api_cpu)) = teardown_cpu {
+        println!(
+            "  CPU s, teardown: machine busy {busy:.2}: containerd+shims {runtime:.2}, apiserver+etcd {api_cpu:.2}, rest (runc, CNI, exited shims, this floor, ...) {:.2}",
+            busy - runtime - api_cpu
+        );
+    }
+    let d_busy = teardown_cpu.map(|c| c.0);
+    let d_runtime = teardown_cpu.map(|c| c.1);
+    let d_api = teardown_cpu.map(|c| c.2);
     if let Some(path) = &a.json {
         use std::io::Write;
         let line = serde_json::json!({
             "n": a.pods, "p50": p50, "p99": p99, "all": all, "gone": gone, "failed": failed,
             "cgroups": pod_cgroups.is_some(), "kind": kind, "busy": busy, "cpu_runtime": runtime,
-            "cpu_rest": busy - runtime,
-            "d_busy": d_busy, "d_cpu_runtime": d_runtime,
-            "d_cpu_rest": d_busy.zip(d_runtime).map(|(b, r)| b - r),
+            "cpu_api": api_cpu, "cpu_rest": busy - runtime - api_cpu,
+            "d_busy": d_busy, "d_cpu_runtime": d_runtime, "d_cpu_api": d_api,
+            "d_cpu_rest": teardown_cpu.map(|(b, r, a)| b - r - a),
         });
         let mut f = std::fs::OpenOptions::new()
             .create(true)
