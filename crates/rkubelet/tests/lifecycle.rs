@@ -161,6 +161,51 @@ async fn failing_post_start_hook_kills_the_container() {
         .find(|(_, r, _)| r == "CrashLoopBackOff")
         .unwrap();
     assert!(backoff.2.contains("back-off"), "{seen:?}");
+
+    // A postStart hook that never ends does not hold up the pod's removal: the termination
+    // stops the sync waiting on it (upstream cancels the sync's context; its 1.20 killed the
+    // pod beside the sync), rather than waiting out the hook's 2 minutes.
+    env.write_manifest(
+        "hung.yaml",
+        &with_lifecycle(
+            "hung",
+            SLEEPER,
+            2,
+            r#"    lifecycle:
+      postStart:
+        exec: {command: ["sleep", "600"]}
+"#,
+        ),
+    );
+    let uid = env.wait_pod("hung", Duration::from_secs(30), "seen", |p| {
+        p.metadata.uid.clone()
+    });
+    let begin = Instant::now();
+    while !env
+        .containers_of(&uid)
+        .await
+        .iter()
+        .any(|c| c.state == rkubelet_cri::api::ContainerState::ContainerRunning as i32)
+    {
+        assert!(
+            begin.elapsed() < Duration::from_secs(60),
+            "hung never started"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its hook runs now (the pod stays not ready while it does).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.remove_manifest("hung.yaml");
+    let removed = Instant::now();
+    while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
+        assert!(
+            removed.elapsed() < Duration::from_secs(40),
+            "hung still there {:?} after its manifest went",
+            removed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(env.kubelet_log().contains("its sync stopped"));
 }
 
 #[tokio::test]

@@ -340,7 +340,9 @@ async fn deletion_runs_pre_stop_then_stops_with_the_grace_period() {
 async fn a_force_delete_stops_a_slowly_stopping_pod_again_with_its_shorter_grace() {
     let h = Harness::start().await;
     h.fake.ignore_sigterm("app");
-    let mut p = pod("web", "uid-web", vec![container("app")]);
+    // `fast` stops at once: the second stop must not stop it again from the read made before
+    // the first (PLEG leaves a pod its worker acts on alone).
+    let mut p = pod("web", "uid-web", vec![container("app"), container("fast")]);
     if let Some(s) = p.spec.as_mut() {
         s.termination_grace_period_seconds = Some(300);
     }
@@ -357,9 +359,14 @@ async fn a_force_delete_stops_a_slowly_stopping_pod_again_with_its_shorter_grace
             .map(|c| c.detail)
             .collect()
     };
+    h.until("fast running", Duration::from_secs(30), |f| {
+        running(f, "web", "fast")
+    })
+    .await;
     h.want(vec![deleted(300)]).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert!(running(&h.fake, "web", "app"), "still in its grace period");
+    assert!(!running(&h.fake, "web", "fast"), "fast stopped at once");
     assert_eq!(stops(), ["300"]);
     // The API's force delete: the object shows a grace period of 0 before it goes.
     let forced = Instant::now();
@@ -370,10 +377,53 @@ async fn a_force_delete_stops_a_slowly_stopping_pod_again_with_its_shorter_grace
     .await;
     // Upstream's minimum grace period for a stop is 2 s.
     assert_eq!(stops(), ["300", "2"]);
+    assert_eq!(
+        h.calls("stop_container", "fast").len(),
+        1,
+        "fast stopped once"
+    );
     assert!(
         forced.elapsed() < Duration::from_secs(10),
         "stopped {:?} after the force delete",
         forced.elapsed()
+    );
+    assert!(h.fake.containers().is_empty(), "containers removed");
+    h.stop().await;
+}
+
+/// A pod removed while its postStart hook hangs is stopped at once: the termination stops the
+/// sync that waits for the hook (upstream cancels the sync's context), rather than waiting out
+/// the hook's 2 minutes.
+#[tokio::test(start_paused = true)]
+async fn a_pod_removed_during_a_hanging_post_start_hook_stops_at_once() {
+    let h = Harness::start().await;
+    h.fake
+        .delay("exec_sync", "sleep 600", Duration::from_secs(600));
+    let mut c = container("app");
+    c.lifecycle = Some(Lifecycle {
+        post_start: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sleep".into(), "600".into()]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    h.want(vec![pod("web", "uid-web", vec![c])]).await;
+    h.until("postStart hook running", Duration::from_secs(30), |f| {
+        f.calls().iter().any(|c| c.op == "exec_sync")
+    })
+    .await;
+    let removed = Instant::now();
+    h.want(vec![]).await;
+    h.until("sandbox removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty()
+    })
+    .await;
+    assert!(
+        removed.elapsed() < Duration::from_secs(10),
+        "removed {:?} after the pod went",
+        removed.elapsed()
     );
     assert!(h.fake.containers().is_empty(), "containers removed");
     h.stop().await;

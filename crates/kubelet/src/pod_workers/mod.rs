@@ -50,10 +50,15 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn new_state(&self, pod: &Pod, after: Option<Instant>) -> Self::State;
 
     /// Upstream `SyncPod`: one pass towards the spec.
+    ///
+    /// `terminating` is cancelled when the pod begins terminating meanwhile: the syncer stops
+    /// starting containers, leaving an image pull or a postStart hook it waits on, and returns;
+    /// the worker then terminates the pod. Upstream cancels the sync's context.
     fn sync_pod(
         &self,
         state: &mut Self::State,
         pod: &Arc<Pod>,
+        terminating: &CancellationToken,
     ) -> impl Future<Output = SyncOutcome> + Send;
 
     /// Upstream `SyncTerminatingPod`: stop every container with the grace period (the override,
@@ -373,7 +378,8 @@ impl<S: PodSyncer> PodWorkers<S> {
                     r.next_sync = None;
                     return;
                 }
-                (Phase::Terminating { grace: now }, Some(w)) if grace < now => {
+                // (Not a pod only the runtime knows: its worker has no spec to stop again with.)
+                (Phase::Terminating { grace: now }, Some(w)) if grace < now && r.pod.is_some() => {
                     info!(pod = %podutil::describe(&pod), from = ?now, to = ?grace, "grace period shortened");
                     w.send_modify(|cur| {
                         // The kubelet's failure (an eviction) stays, whatever stops the pod.
@@ -569,12 +575,18 @@ impl<S: PodSyncer> PodWorkers<S> {
 }
 
 /// The grace period a termination asked for with `requested` uses: the request, else the
-/// deletion's, else the spec's (upstream `calculateEffectiveGracePeriod`, which takes the
-/// smallest of these once a pod is terminating; [`PodWorkers::terminate`] does that).
+/// deletion's, else the spec's, and never under 1 s (upstream `calculateEffectiveGracePeriod`,
+/// which also takes the smallest of these once a pod is terminating; [`PodWorkers::terminate`]
+/// does that). A force delete (0) thus gives a preStop hook 1 s, as upstream.
 fn effective_grace(pod: &Pod, requested: Option<Duration>) -> Duration {
     requested
         .unwrap_or_else(|| Duration::from_secs(podutil::grace_period_seconds(pod).max(0) as u64))
+        .max(MIN_GRACE)
 }
+
+/// Upstream's floor on a termination's grace period ("no matter what, we always supply a grace
+/// period of 1").
+const MIN_GRACE: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests;

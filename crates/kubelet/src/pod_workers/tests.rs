@@ -38,8 +38,21 @@ impl PodSyncer for Recorder {
         }
     }
 
-    async fn sync_pod(&self, _: &mut (), pod: &Arc<Pod>) -> SyncOutcome {
-        self.push(format!("sync {}", podutil::uid(pod)));
+    async fn sync_pod(
+        &self,
+        _: &mut (),
+        pod: &Arc<Pod>,
+        terminating: &CancellationToken,
+    ) -> SyncOutcome {
+        let uid = podutil::uid(pod);
+        self.push(format!("sync {uid}"));
+        // A "slow" pod's sync waits 10 min (an image pull, a postStart hook) unless it is left.
+        if podutil::name(pod).starts_with("slow") {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+                _ = terminating.cancelled() => self.push(format!("sync left {uid}")),
+            }
+        }
         SyncOutcome::default()
     }
 
@@ -305,20 +318,23 @@ async fn a_shorter_grace_period_stops_a_terminating_pod_again_with_it() {
             grace: Duration::from_secs(300)
         })
     );
-    // A force delete: the API shows the deletion's grace period as 0 (upstream's minimum is
-    // the runtime's to apply).
+    // A force delete: the API shows the deletion's grace period as 0, which upstream's floor
+    // makes 1 s.
     let mut forced = (*p).clone();
     forced.metadata.deletion_grace_period_seconds = Some(0);
-    t.workers.terminate(Arc::new(forced), None);
+    t.workers.terminate(Arc::new(forced.clone()), None);
     assert_eq!(
         t.workers.phase("u1"),
         Some(Phase::Terminating {
-            grace: Duration::ZERO
+            grace: Duration::from_secs(1)
         })
     );
+    // Its removal from the source after that changes nothing: 1 s is no shorter.
+    t.workers.terminate(Arc::new(forced), None);
     assert!(t.until_finished("u1").await.is_empty());
+    // 3 s in the 300 s stop, then the 1 s one: not the 300 s.
     assert!(
-        start.elapsed() < Duration::from_secs(4),
+        start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
     );
@@ -328,7 +344,7 @@ async fn a_shorter_grace_period_stops_a_terminating_pod_again_with_it() {
             "sync u1",
             "terminating u1 Some(300s)",
             "interrupted u1",
-            "terminating u1 Some(0ns)",
+            "terminating u1 Some(1s)",
             "terminated u1"
         ]
     );
@@ -358,4 +374,76 @@ async fn an_evicted_pod_keeps_its_failure_when_its_deletion_shortens_the_stop() 
             "terminated u1"
         ]
     );
+}
+
+/// Upstream `calculateEffectiveGracePeriod` for a pod's first termination: the request, else the
+/// deletion's grace period, else the spec's, else 30 s; never under 1 s.
+#[test]
+fn effective_grace_period_table() {
+    let secs = Duration::from_secs;
+    // (requested s, deletionGracePeriodSeconds, terminationGracePeriodSeconds, effective)
+    type Row = (Option<u64>, Option<i64>, Option<i64>, Duration);
+    let rows: [Row; 7] = [
+        (None, None, None, secs(30)),
+        (None, None, Some(45), secs(45)),
+        (None, Some(10), Some(45), secs(10)),
+        (None, Some(0), Some(45), secs(1)),
+        (Some(5), Some(10), Some(45), secs(5)),
+        (Some(0), None, None, secs(1)),
+        (None, Some(-3), None, secs(1)),
+    ];
+    for (requested, deletion, spec, want) in rows {
+        let mut p = (*pod("a", "u")).clone();
+        p.metadata.deletion_grace_period_seconds = deletion;
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: spec,
+            ..Default::default()
+        });
+        let got = effective_grace(&p, requested.map(secs));
+        assert_eq!(
+            got, want,
+            "requested {requested:?} deletion {deletion:?} spec {spec:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_termination_stops_a_sync_that_waits() {
+    let mut t = Table::new();
+    let p = pod("slow", "u1");
+    t.workers.update(p.clone());
+    t.settle().await;
+    let deleted = Instant::now();
+    t.workers.terminate(p, Some(Duration::from_secs(2)));
+    assert!(t.until_finished("u1").await.is_empty());
+    assert!(
+        deleted.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        deleted.elapsed()
+    );
+    assert_eq!(
+        t.syncer.ops(),
+        [
+            "sync u1",
+            "sync left u1",
+            "terminating u1 Some(2s)",
+            "terminated u1"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spec_change_during_a_sync_is_synced_after_it() {
+    let mut t = Table::new();
+    let p = pod("slow", "u1");
+    t.workers.update(p.clone());
+    t.settle().await;
+    // A newer spec does not stop the sync, and is not lost either: the next sync runs once
+    // this one is done.
+    let mut newer = (*p).clone();
+    newer.metadata.labels = Some([("v".to_string(), "2".to_string())].into());
+    t.workers.update(Arc::new(newer));
+    tokio::time::sleep(Duration::from_secs(601)).await;
+    assert_eq!(t.syncer.ops(), ["sync u1", "sync u1"]);
+    assert_eq!(t.workers.phase("u1"), Some(Phase::Syncing));
 }

@@ -59,26 +59,32 @@ macro_rules! retry {
     }};
 }
 
-/// Runs a termination `step` while watching for newer work. A terminating worker is sent new
-/// work only when the grace period gets shorter ([`super::PodWorkers::terminate`]); that
-/// cancels `shortened`, which the step watches while it waits for the containers to stop.
-/// (Upstream's `UpdatePod` cancels the running sync's context for the same reason.)
-async fn watching_for_shorter(
+/// Runs `step` while watching for newer work: newer work that `interrupts` cancels `token`,
+/// which the step watches where it waits and can stop (upstream's `UpdatePod` cancels the
+/// running sync's context when a pod becomes terminating or its grace period gets shorter).
+/// Also says whether newer work came meanwhile: `changed()` has seen it, so the worker must
+/// take it at once rather than wait for the next change.
+async fn watching<T>(
     rx: &mut watch::Receiver<Work>,
-    shortened: &CancellationToken,
-    step: impl Future<Output = Step>,
-) -> Step {
+    token: &CancellationToken,
+    interrupts: fn(&Work) -> bool,
+    step: impl Future<Output = T>,
+) -> (T, bool) {
     let mut step = std::pin::pin!(step);
-    let mut watching = true;
+    let (mut watching, mut newer) = (true, false);
     loop {
         tokio::select! {
-            s = &mut step => return s,
-            changed = rx.changed(), if watching => {
-                // Once is enough; a closed channel (the table is gone) changes nothing.
-                watching = false;
-                if changed.is_ok() {
-                    shortened.cancel();
+            out = &mut step => return (out, newer),
+            changed = rx.changed(), if watching => match changed {
+                Ok(()) => {
+                    newer = true;
+                    if interrupts(&rx.borrow()) {
+                        token.cancel();
+                        watching = false;
+                    }
                 }
+                // The table is gone: nothing more will come.
+                Err(_) => watching = false,
             }
         }
     }
@@ -145,7 +151,9 @@ pub(super) async fn run<S: PodSyncer>(
                         syncer.sync_terminating_pod(st, &pod, grace, failure.as_ref(), &shortened)
                     )
                 };
-                match watching_for_shorter(&mut rx, &shortened, stopping).await {
+                // A terminating worker is sent new work only when the grace period gets shorter
+                // (`PodWorkers::terminate`).
+                match watching(&mut rx, &shortened, |_| true, stopping).await.0 {
                     Step::Done => {}
                     Step::Stopped => return,
                     Step::Shortened => {
@@ -169,7 +177,17 @@ pub(super) async fn run<S: PodSyncer>(
             }
             Work::Sync(pod) if !done => {
                 let st = state.get_or_insert_with(|| syncer.new_state(&pod, after));
-                let out: SyncOutcome = Box::pin(syncer.sync_pod(st, &pod)).await;
+                // A termination stops the sync where it waits (an image pull, a postStart hook):
+                // a deleted pod does not wait for them to end.
+                let terminating = CancellationToken::new();
+                let sync = Box::pin(syncer.sync_pod(st, &pod, &terminating));
+                let is_termination = |w: &Work| !matches!(w, Work::Sync(_));
+                let (out, newer): (SyncOutcome, bool) =
+                    watching(&mut rx, &terminating, is_termination, sync).await;
+                if terminating.is_cancelled() {
+                    info!("pod is terminating; its sync stopped");
+                    continue;
+                }
                 if out.terminal {
                     info!("pod reached a terminal phase; stopping its sandbox");
                     let never = CancellationToken::new();
@@ -189,6 +207,9 @@ pub(super) async fn run<S: PodSyncer>(
                         uid: uid.clone(),
                         retry_after: out.retry_after,
                     });
+                }
+                if newer {
+                    continue;
                 }
             }
             Work::Sync(_) => {}

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{field_path, SyncContext};
@@ -240,11 +241,15 @@ async fn stop_container_ordered(
 
 /// Upstream `killPodWithSyncResult`: every running container through [`stop_container`] at once
 /// (hooks in parallel; sidecars wait for their turn), then the sandbox.
+///
+/// `shortened` ends the wait for the containers' stops (a shorter grace period arrived, see
+/// [`super::terminate_pod`]): the sandbox is then left for the stop that follows.
 pub async fn kill_pod(
     ctx: &SyncContext,
     pod: &Pod,
     rt: &PodRuntimeStatus,
     grace: Duration,
+    shortened: &CancellationToken,
 ) -> Result<(), RuntimeError> {
     let ip = rt.pod_ips().into_iter().next();
     let running: Vec<_> = rt
@@ -265,7 +270,11 @@ pub async fn kill_pod(
             Some(&ordering),
         )
     });
-    let first_err = join_all(stops).await.into_iter().find_map(Result::err);
+    let first_err = tokio::select! {
+        biased;
+        stopped = join_all(stops) => stopped.into_iter().find_map(Result::err),
+        _ = shortened.cancelled() => return Err(RuntimeError::GraceShortened),
+    };
     // Stops what is left (created or unknown containers, the sandbox), without a second
     // StopContainer for those stopped above.
     let rest = PodRuntimeStatus {

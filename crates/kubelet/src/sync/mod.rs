@@ -260,11 +260,16 @@ fn is_terminal(s: &PodStatus) -> bool {
 }
 
 /// Upstream `SyncPod`: one pass towards the spec.
-pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
+pub async fn sync_pod(
+    ctx: &SyncContext,
+    state: &mut PodState,
+    pod: &Arc<Pod>,
+    terminating: &CancellationToken,
+) -> SyncOutcome {
     let started = Instant::now();
     let op = if state.synced { "sync" } else { "create" };
     state.synced = true;
-    let out = sync_pod_inner(ctx, state, pod).await;
+    let out = sync_pod_inner(ctx, state, pod, terminating).await;
     crate::metrics::get()
         .pod_worker_duration
         .with_label_values(&[op])
@@ -272,7 +277,12 @@ pub async fn sync_pod(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -
     out
 }
 
-async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
+async fn sync_pod_inner(
+    ctx: &SyncContext,
+    state: &mut PodState,
+    pod: &Arc<Pod>,
+    terminating: &CancellationToken,
+) -> SyncOutcome {
     let who = podutil::describe(pod);
     let dir = pod_dir(ctx, pod);
     for sub in ["volumes", "plugins", "containers"] {
@@ -385,7 +395,7 @@ async fn sync_pod_inner(ctx: &SyncContext, state: &mut PodState, pod: &Arc<Pod>)
         retry,
         acted,
         started,
-    } = execute(ctx, state, pod, &rt).await;
+    } = execute(ctx, state, pod, &rt, terminating).await;
     // Show the result of what was just done without waiting for the next relist. A sync that
     // changed nothing (a periodic resync, most PLEG events) has published its status above:
     // reading the pod again cost 5 CRI calls per pod per resync for the same status. A pod
@@ -555,6 +565,7 @@ async fn execute(
     state: &mut PodState,
     pod: &Arc<Pod>,
     rt: &PodRuntimeStatus,
+    terminating: &CancellationToken,
 ) -> Executed {
     let who = podutil::describe(pod);
     // Containers another kubelet created (before a swap to rkubelet) are judged by their image,
@@ -591,7 +602,8 @@ async fn execute(
             info!(pod = %who, "no containers should run; stopping the pod");
         }
         record_killing(ctx, pod, running_names(rt));
-        if let Err(e) = hooks::kill_pod(ctx, pod, rt, grace(pod)).await {
+        let never = CancellationToken::new();
+        if let Err(e) = hooks::kill_pod(ctx, pod, rt, grace(pod), &never).await {
             warn!(pod = %who, error = %e, "failed to kill pod");
             ctx.recorder.pod_event(
                 pod,
@@ -730,7 +742,13 @@ async fn execute(
         let mut res = None;
         if let Some(id) = existing {
             info!(pod = %who, container = %c.name, id = %id, "starting the container an interrupted start created");
-            match start_existing(ctx, pod, c, kind, id, restart_count, &ip).await {
+            let start = start_existing(ctx, pod, c, kind, id, restart_count, &ip);
+            let Some(started) = unless_terminating(terminating, start).await else {
+                info!(pod = %who, container = %c.name, "pod is terminating; leaving its starts");
+                all_started = false;
+                break;
+            };
+            match started {
                 Err(e) if e.reason == Reason::RunContainerError => {
                     warn!(pod = %who, container = %c.name, id = %id, error = %e.message, "cannot start the container an interrupted start created; replacing it");
                     if let Err(e) = ctx.runtime.remove_container(id).await {
@@ -743,7 +761,7 @@ async fn execute(
         let res = match res {
             Some(res) => res,
             None => {
-                start_container(
+                let start = start_container(
                     ctx,
                     state,
                     pod,
@@ -754,8 +772,13 @@ async fn execute(
                     attempt,
                     &ip,
                     restart_count,
-                )
-                .await
+                );
+                let Some(res) = unless_terminating(terminating, start).await else {
+                    info!(pod = %who, container = %c.name, "pod is terminating; leaving its starts");
+                    all_started = false;
+                    break;
+                };
+                res
             }
         };
         match res {
@@ -810,6 +833,22 @@ async fn execute(
         retry,
         acted,
         started: started.filter(|_| all_started && actions.interrupted_to_remove.is_empty()),
+    }
+}
+
+/// `start`, unless the pod begins terminating first (None then; see
+/// [`crate::pod_workers::PodSyncer::sync_pod`]). The start is dropped where it waits: an image
+/// pull (containerd stops it with the request), a postStart hook, a CRI call. Whatever it had
+/// created is the termination's to stop and remove: the termination reads the pod anew, and
+/// the removal after it reads it once more.
+async fn unless_terminating<T>(
+    terminating: &CancellationToken,
+    start: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = terminating.cancelled() => None,
+        res = start => Some(res),
     }
 }
 
@@ -1045,13 +1084,17 @@ pub async fn terminate_pod(
     ctx.prober.stop_liveness_and_startup(podutil::uid(pod));
     record_killing(ctx, pod, running_names(&rt));
     let acting = ctx.runtime.acting.mark(podutil::uid(pod));
-    // A shorter grace period ends the wait for this stop, and the worker stops the pod again
-    // with it. Dropping the requests ends containerd's wait for them; the next StopContainer
-    // signals again and kills after the shorter timeout.
-    tokio::select! {
-        stopped = hooks::kill_pod(ctx, pod, &rt, g) => stopped?,
-        _ = shortened.cancelled() => return Err(RuntimeError::GraceShortened),
+    // A shorter grace period ends the wait for the containers' stops, and the worker stops the
+    // pod again with it. Dropping the requests ends containerd's wait for them; the next
+    // StopContainer signals again and kills after the shorter timeout.
+    let stopped = hooks::kill_pod(ctx, pod, &rt, g, shortened).await;
+    if let Err(RuntimeError::GraceShortened) = stopped {
+        // The next attempt reads the pod anew, as upstream's `lastSyncTime` moves on a
+        // cancelled attempt too: the cache still holds the read from before this kill (PLEG
+        // skips a pod its worker acts on), which shows containers stopped since as running.
+        state.last_sync = Some(tokio::time::Instant::now());
     }
+    stopped?;
     let killed = tokio::time::Instant::now();
     state.last_sync = Some(killed);
     let read = ctx

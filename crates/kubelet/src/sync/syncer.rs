@@ -33,8 +33,13 @@ impl PodSyncer for Syncer {
         state
     }
 
-    async fn sync_pod(&self, state: &mut PodState, pod: &Arc<Pod>) -> SyncOutcome {
-        sync_pod(&self.ctx, state, pod).await
+    async fn sync_pod(
+        &self,
+        state: &mut PodState,
+        pod: &Arc<Pod>,
+        terminating: &CancellationToken,
+    ) -> SyncOutcome {
+        sync_pod(&self.ctx, state, pod, terminating).await
     }
 
     async fn sync_terminating_pod(
