@@ -297,7 +297,8 @@ impl RuntimeCache {
     /// each, without listing the pod's sandboxes and containers anew (ListPodSandbox and
     /// ListContainers, each filtered by the runtime over every container it has). Upstream's
     /// `SyncTerminatingPod` reads the whole pod. Nothing can be missing: only the pod's worker
-    /// creates its sandboxes and containers, and it is the one stopping them. A sandbox or
+    /// creates its sandboxes and containers, and it is the one stopping them (a worker that
+    /// dropped a start it was making, for a termination, reads the whole pod). A sandbox or
     /// container gone meanwhile makes it a whole read; the relist stays the safety net. So
     /// does an empty `before`: the stop acted on nothing, and only listing can show that a
     /// sandbox the kubelet lost track of (a RunPodSandbox that timed out and then completed)

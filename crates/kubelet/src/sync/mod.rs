@@ -111,6 +111,10 @@ pub struct PodState {
     /// The kubelet is failing this pod (an eviction): every status published from now on is
     /// `Failed` with this reason and message.
     pub failure: Option<compute::PodFailure>,
+    /// A sync left a container start when the pod began terminating: a CreateContainer or
+    /// StartContainer dropped at the client may still complete in the runtime, so the
+    /// termination reads the whole pod after its kill rather than only what it stopped.
+    pub start_dropped: bool,
 }
 
 impl PodState {
@@ -134,6 +138,7 @@ impl PodState {
             volumes: PodVolumes::default(),
             last_sync: None,
             failure: None,
+            start_dropped: false,
         }
     }
 }
@@ -396,6 +401,13 @@ async fn sync_pod_inner(
         acted,
         started,
     } = execute(ctx, state, pod, &rt, terminating).await;
+    if terminating.is_cancelled() {
+        // Nothing of this sync is published: a container whose postStart hook was left would
+        // show ready, and the termination reads the pod anew after this stamp anyway.
+        state.last_sync = Some(tokio::time::Instant::now());
+        drop(acting);
+        return SyncOutcome::default();
+    }
     // Show the result of what was just done without waiting for the next relist. A sync that
     // changed nothing (a periodic resync, most PLEG events) has published its status above:
     // reading the pod again cost 5 CRI calls per pod per resync for the same status. A pod
@@ -639,6 +651,10 @@ async fn execute(
         }
     }
 
+    if terminating.is_cancelled() {
+        // No sandbox (and its CNI set up) for a pod that is terminating already.
+        return done(None);
+    }
     let (sandbox_id, attempt, ip) = if actions.create_sandbox {
         let sandbox = match sandbox_handler(ctx, pod).await {
             Ok(handler) => {
@@ -745,6 +761,7 @@ async fn execute(
             let start = start_existing(ctx, pod, c, kind, id, restart_count, &ip);
             let Some(started) = unless_terminating(terminating, start).await else {
                 info!(pod = %who, container = %c.name, "pod is terminating; leaving its starts");
+                state.start_dropped = true;
                 all_started = false;
                 break;
             };
@@ -775,6 +792,7 @@ async fn execute(
                 );
                 let Some(res) = unless_terminating(terminating, start).await else {
                     info!(pod = %who, container = %c.name, "pod is terminating; leaving its starts");
+                    state.start_dropped = true;
                     all_started = false;
                     break;
                 };
@@ -1097,10 +1115,13 @@ pub async fn terminate_pod(
     stopped?;
     let killed = tokio::time::Instant::now();
     state.last_sync = Some(killed);
-    let read = ctx
-        .cache
-        .fresh_after_stop(podutil::uid(pod), Some(killed), &rt)
-        .await;
+    let read = if state.start_dropped {
+        ctx.cache.fresh(podutil::uid(pod), Some(killed)).await
+    } else {
+        ctx.cache
+            .fresh_after_stop(podutil::uid(pod), Some(killed), &rt)
+            .await
+    };
     // Held until this read is in, as in `sync_pod_inner`: with 100 pods deleted at once a relist
     // read each pod again, once more than the read here (5 CRI calls a read).
     drop(acting);
@@ -1162,7 +1183,9 @@ pub async fn cleanup_pod(
     pod: &Pod,
 ) -> Result<(), RuntimeError> {
     let id = crate::runtime::manager::RuntimePodRef::of(pod);
-    remove_from_runtime(ctx, &id, Duration::from_secs(2), state.last_sync).await?;
+    // After a dropped start, what the runtime has now: a start it completed late shows.
+    let since = state.last_sync.filter(|_| !state.start_dropped);
+    remove_from_runtime(ctx, &id, Duration::from_secs(2), since).await?;
     // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
     ctx.tokens.forget_pod(podutil::uid(pod));
     ctx.timeline.forget(podutil::uid(pod));
