@@ -363,37 +363,31 @@ impl<S: PodSyncer> PodWorkers<S> {
         let uid = podutil::uid(&pod).to_string();
         let full_name = podutil::full_name(&pod);
         let grace = effective_grace(&pod, grace);
-        let mut work = Work::Terminate {
-            pod: pod.clone(),
-            grace: Some(grace),
-            failure,
-        };
         let mut after = None;
         if let Some(r) = self.records.get_mut(&uid) {
-            match (r.phase, &r.worker) {
-                (Phase::Syncing, Some(w)) => {
-                    w.send_replace(work);
-                    r.phase = Phase::Terminating { grace };
-                    r.pod = Some(pod);
-                    r.next_sync = None;
-                    return;
-                }
-                // (Not a pod only the runtime knows: its worker has no spec to stop again with.)
-                (Phase::Terminating { grace: now }, Some(w)) if grace < now && r.pod.is_some() => {
-                    info!(pod = %podutil::describe(&pod), from = ?now, to = ?grace, "grace period shortened");
-                    w.send_modify(|cur| {
-                        // The kubelet's failure (an eviction) stays, whatever stops the pod.
-                        if let Work::Terminate {
+            // A syncing pod starts terminating; a terminating one takes only a shorter grace
+            // period, and not when only the runtime knows it (its worker has no spec).
+            let takes = match r.phase {
+                Phase::Syncing => true,
+                Phase::Terminating { grace: now } => grace < now && r.pod.is_some(),
+                _ => false,
+            };
+            match (&r.worker, r.phase) {
+                (Some(w), phase) if takes => {
+                    if let Phase::Terminating { grace: now } = phase {
+                        info!(pod = %podutil::describe(&pod), from = ?now, to = ?grace, "grace period shortened");
+                    }
+                    // The kubelet's failure (an eviction) stays, whatever stops the pod after.
+                    let failure = match &*w.borrow() {
+                        Work::Terminate {
                             failure: Some(f), ..
-                        } = cur
-                        {
-                            work = Work::Terminate {
-                                pod: pod.clone(),
-                                grace: Some(grace),
-                                failure: Some(f.clone()),
-                            };
-                        }
-                        *cur = work;
+                        } => Some(f.clone()),
+                        _ => failure,
+                    };
+                    w.send_replace(Work::Terminate {
+                        pod: pod.clone(),
+                        grace: Some(grace),
+                        failure,
                     });
                     r.phase = Phase::Terminating { grace };
                     r.pod = Some(pod);
@@ -403,7 +397,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 }
                 // Never started: it is torn down like a pod with nothing running (its API
                 // deletion still has to complete).
-                (Phase::WaitingForName, _) => after = r.after,
+                (_, Phase::WaitingForName) => after = r.after,
                 _ => {
                     r.restart = None;
                     r.next_sync = None;
@@ -412,6 +406,11 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
         }
         // No record, or a record that never started: a worker that only terminates.
+        let work = Work::Terminate {
+            pod: pod.clone(),
+            grace: Some(grace),
+            failure,
+        };
         self.spawn(
             uid,
             Some(pod),
