@@ -22,9 +22,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, PodStatus};
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchParams,
-};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubelet::events::{make_event, pod_reference, EventType};
 use kubelet::status::syncer::status_patch;
@@ -148,15 +146,7 @@ impl ApiLoad {
                         me.pending.fetch_sub(1, Ordering::Relaxed);
                     }
                     Write::Delete => {
-                        let dp = DeleteParams {
-                            grace_period_seconds: Some(0),
-                            preconditions: Some(Preconditions {
-                                uid: Some(uid.clone()),
-                                resource_version: None,
-                            }),
-                            ..DeleteParams::default()
-                        };
-                        let r = api.delete(&name, &dp).await;
+                        let r = api.delete(&name, &kubelet::podutil::delete_now(&uid)).await;
                         me.count("delete mirror", r.map(drop));
                         me.pending.fetch_sub(1, Ordering::Relaxed);
                         break;

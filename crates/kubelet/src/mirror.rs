@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, PostParams};
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -353,14 +353,7 @@ impl MirrorManager {
     /// Deletes a mirror pod now (grace 0, UID precondition, as upstream `DeleteMirrorPod`).
     async fn delete(&mut self, mirror: &Pod, uid: &str) -> bool {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), podutil::namespace(mirror));
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
+        let dp = podutil::delete_now(uid);
         let full = podutil::full_name(mirror);
         // Gone (or going) once answered, whichever way: a UID mismatch means another pod has
         // the name now.

@@ -118,6 +118,19 @@ pub fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
+/// The kubelet's final delete of a pod object: grace 0, and only while the object is still the
+/// pod with this UID (upstream's status manager and `DeleteMirrorPod` send the same).
+pub fn delete_now(uid: &str) -> kube::api::DeleteParams {
+    kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// The grace period a deletion uses when nothing overrides it.
 pub fn grace_period_seconds(pod: &Pod) -> i64 {
     pod.metadata

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -202,15 +202,10 @@ impl Syncer {
                 continue;
             }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &k.namespace);
-            let dp = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: Some(k.uid.clone()),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&k.name, &dp).await {
+            match api
+                .delete(&k.name, &crate::podutil::delete_now(&k.uid))
+                .await
+            {
                 Ok(_) => {
                     info!(pod = %format!("{}/{}", k.namespace, k.name), "pod fully terminated; deleted from the API server");
                     self.written.remove(&k);
