@@ -212,15 +212,15 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
     wait_until(Duration::from_secs(60), "pod object deleted", || {
         cp.get_json(&["pod", "app"]).is_none().then_some(())
     });
+    // The object is gone only once the containers stopped; removal follows at once.
     let begin = Instant::now();
-    while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
-        // The object is gone only once the containers stopped; removal follows at once.
-        assert!(
-            begin.elapsed() < Duration::from_secs(30),
-            "containers left after delete"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    env.wait_runtime_empty(
+        &uid,
+        begin,
+        Duration::from_secs(30),
+        "containers left after delete",
+    )
+    .await;
     assert!(env.kubelet_log().contains("deleted from the API server"));
 
     // A force delete while a pod is in a long graceful stop ends it with the shorter grace
@@ -253,15 +253,10 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         "--force",
         "--wait=false",
     ]);
-    while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
-        // 2 s of grace (upstream's minimum for a stop) and the removal.
-        assert!(
-            forced.elapsed() < Duration::from_secs(30),
-            "stubborn still there {:?} after its force delete",
-            forced.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // 2 s of grace (upstream's minimum for a stop) and the removal.
+    let what = "stubborn still there after its force delete";
+    env.wait_runtime_empty(&uid, forced, Duration::from_secs(30), what)
+        .await;
     assert!(env.kubelet_log().contains("grace period shortened"));
 }
 

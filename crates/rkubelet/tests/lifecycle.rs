@@ -197,14 +197,9 @@ async fn failing_post_start_hook_kills_the_container() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     env.remove_manifest("hung.yaml");
     let removed = Instant::now();
-    while !(env.containers_of(&uid).await.is_empty() && env.sandboxes_of(&uid).await.is_empty()) {
-        assert!(
-            removed.elapsed() < Duration::from_secs(40),
-            "hung still there {:?} after its manifest went",
-            removed.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let what = "hung still there after its manifest went";
+    env.wait_runtime_empty(&uid, removed, Duration::from_secs(40), what)
+        .await;
     assert!(env.kubelet_log().contains("its sync stopped"));
 }
 

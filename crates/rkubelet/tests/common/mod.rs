@@ -395,6 +395,26 @@ impl Env {
             .containers
     }
 
+    /// Waits until the runtime has no container and no sandbox of pod `uid`, panicking with
+    /// `what` once `within` has passed since `since`.
+    pub async fn wait_runtime_empty(
+        &self,
+        uid: &str,
+        since: Instant,
+        within: Duration,
+        what: &str,
+    ) {
+        while !(self.containers_of(uid).await.is_empty() && self.sandboxes_of(uid).await.is_empty())
+        {
+            assert!(
+                since.elapsed() < within,
+                "{what} after {:?}",
+                since.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// IDs of [`Self::containers_of`], in the runtime's order: what a restart must keep.
     pub async fn container_ids(&self, uid: &str) -> Vec<String> {
         self.containers_of(uid)
