@@ -398,6 +398,34 @@ async fn disk_pressure_and_empty_dir_size_limit_evict_on_a_small_root_dir() {
     let n = cp.get_json(&["node", &env.node]).unwrap();
     assert_eq!(condition(&n, "DiskPressure").unwrap().0, "False");
 
+    // A pod being deleted counts as active, as upstream: one that ignores SIGTERM with 300 s of
+    // grace and overflows its emptyDir as it is told to stop is evicted, and the eviction's
+    // 1 s stops it again. Before, eviction left terminating pods alone and it stayed 300 s.
+    let stubborn = api_pod(
+        "stubborn",
+        &env.node,
+        "trap 'dd if=/dev/zero of=/scratch/fill bs=1M count=4 2>/dev/null' TERM; \
+         while true; do sleep 1; done",
+        300,
+        "    volumeMounts:\n    - {name: scratch, mountPath: /scratch}\n  volumes:\n  - name: scratch\n    emptyDir: {sizeLimit: 1Mi}\n",
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&stubborn));
+    wait_json("stubborn running", Duration::from_secs(60), || {
+        let p = cp.get_json(&["pod", "stubborn"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let deleted = std::time::Instant::now();
+    cp.kubectl(&["delete", "pod", "stubborn", "--wait=false"]);
+    wait_json("stubborn gone", Duration::from_secs(90), || {
+        match cp.get_json(&["pod", "stubborn"]) {
+            None => Some(Value::Null),
+            Some(_) => None,
+        }
+    });
+    let log = env.kubelet_log();
+    assert!(log.contains("grace period shortened"), "{}", tail(&log, 40));
+    eprintln!("stubborn: gone {:?} after its delete", deleted.elapsed());
+
     // Filling the root directory's filesystem past nodefs.available: DiskPressure, and the pod
     // using the disk is evicted.
     cp.kubectl_stdin(

@@ -289,7 +289,8 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// Upstream `killPodFunc` for the eviction manager: the pod is stopped through its worker
     /// with the manager's grace period and ends `Failed`/`Evicted`. The newest spec is used; a
-    /// pod already stopping, or gone, is left alone.
+    /// pod already stopping takes only a shorter grace period; a stopped or gone one is left
+    /// alone.
     fn handle_eviction(&mut self, req: crate::eviction::EvictionRequest) {
         let uid = podutil::uid(&req.pod).to_string();
         let pod = self.pods.get(&uid).cloned().unwrap_or(req.pod);
@@ -299,14 +300,18 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
     }
 
-    /// Upstream `GetActivePods` for the eviction manager: wanted pods whose worker syncs them
-    /// (not rejected, not stopping or stopped) and that have not finished in the API.
+    /// Upstream `GetActivePods` (`filterOutInactivePods`) for the eviction manager and the
+    /// pod-resources API: wanted pods whose worker syncs them and that have not finished in the
+    /// API, and wanted pods still being stopped (upstream: not yet known terminated). A pod
+    /// deleted with a long grace period can thus be evicted, which shortens its stop.
     fn publish_active_pods(&self) {
         let mut active: Vec<Arc<Pod>> = self
             .pods
             .iter()
-            .filter(|(uid, p)| {
-                self.workers.phase(uid) == Some(Phase::Syncing) && !is_terminal_in_api(p)
+            .filter(|(uid, p)| match self.workers.phase(uid) {
+                Some(Phase::Syncing) => !is_terminal_in_api(p),
+                Some(Phase::Terminating { .. }) => true,
+                _ => false,
             })
             .map(|(_, p)| p.clone())
             .collect();
@@ -350,7 +355,10 @@ impl<S: PodSyncer> SyncLoop<S> {
                     self.workers.schedule(&uid, after);
                 }
             }
-            WorkerEvent::Terminated { uid } => self.workers.terminated(&uid),
+            WorkerEvent::Terminated { uid } => {
+                self.workers.terminated(&uid);
+                self.publish_active_pods();
+            }
             WorkerEvent::Finished { uid, pod } => {
                 if let Some(pod) = &pod {
                     if pod.metadata.deletion_timestamp.is_some() {

@@ -429,6 +429,48 @@ async fn a_pod_removed_during_a_hanging_post_start_hook_stops_at_once() {
     h.stop().await;
 }
 
+/// A kubelet stopping while a postStart hook hangs exits at once and leaves the container
+/// running, as upstream's process exit does: it neither waits for the hook (until the shutdown
+/// deadline aborted the worker) nor kills anything.
+#[tokio::test(start_paused = true)]
+async fn a_stopping_kubelet_does_not_wait_for_a_hanging_post_start_hook() {
+    let h = Harness::start().await;
+    h.fake
+        .delay("exec_sync", "sleep 600", Duration::from_secs(600));
+    let mut c = container("app");
+    c.lifecycle = Some(Lifecycle {
+        post_start: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sleep".into(), "600".into()]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    h.want(vec![pod("web", "uid-web", vec![c])]).await;
+    h.until("postStart hook running", Duration::from_secs(30), |f| {
+        f.calls().iter().any(|c| c.op == "exec_sync")
+    })
+    .await;
+    let fake = h.fake.clone();
+    let stopping = Instant::now();
+    h.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the kubelet took {:?} to stop",
+        stopping.elapsed()
+    );
+    assert!(
+        running(&fake, "web", "app"),
+        "the container is left running"
+    );
+    assert!(
+        !fake.calls().iter().any(|c| c.op == "stop_container"),
+        "nothing stopped: {:#?}",
+        fake.calls()
+    );
+}
+
 /// A fake runtime with the busybox image and a running pod no source wants (`orphan`).
 async fn runtime_with_orphan() -> FakeRuntime {
     let fake = FakeRuntime::new(Arc::new(crate::clock::now_unix_nanos));

@@ -344,10 +344,16 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// [`Self::terminate`], the kubelet failing the pod as it goes (upstream `KillPodOptions`
-    /// with a `PodStatusFunc`, what an eviction sends). False when the pod was not syncing (it
-    /// is already terminating, finished or unknown): nothing changes then.
+    /// with a `PodStatusFunc`, what an eviction sends). A pod already terminating is evicted
+    /// too, as upstream's eviction manager counts it active: a shorter grace period stops it
+    /// again with that one (the failure goes with it unless it has one), a longer one changes
+    /// nothing. False when the pod is neither syncing nor terminating (stopped, finished,
+    /// unknown, or only the runtime knows it): nothing changes then.
     pub fn evict(&mut self, pod: Arc<Pod>, grace: Duration, failure: PodFailure) -> bool {
-        if self.phase(podutil::uid(&pod)) != Some(Phase::Syncing) {
+        let evictable = self.records.get(podutil::uid(&pod)).is_some_and(|r| {
+            r.pod.is_some() && matches!(r.phase, Phase::Syncing | Phase::Terminating { .. })
+        });
+        if !evictable {
             return false;
         }
         self.terminate_with(pod, Some(grace), Some(failure));

@@ -285,8 +285,9 @@ async fn an_eviction_terminates_a_syncing_pod_once_with_its_failure() {
     assert!(t
         .workers
         .evict(p.clone(), Duration::from_secs(1), failure.clone()));
-    // Already terminating: a second eviction changes nothing.
-    assert!(!t.workers.evict(p.clone(), Duration::ZERO, failure));
+    // Already terminating with 1 s: a second eviction is taken (the pod is still active) but
+    // its grace period is no shorter, so the stop goes on unchanged.
+    assert!(t.workers.evict(p.clone(), Duration::ZERO, failure));
     assert!(t.until_finished("u1").await.is_empty());
     assert_eq!(
         t.syncer.ops(),
@@ -376,6 +377,46 @@ async fn an_evicted_pod_keeps_its_failure_when_its_deletion_shortens_the_stop() 
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_eviction_shortens_the_stop_of_a_deleted_pod_and_fails_it() {
+    let mut t = Table::new();
+    let p = pod("a", "u1");
+    t.workers.update(p.clone());
+    t.settle().await;
+    t.workers
+        .terminate(p.clone(), Some(Duration::from_secs(300)));
+    t.settle().await;
+    let failure = PodFailure {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+    };
+    // Upstream's eviction manager counts a terminating pod active and may pick it: its hard
+    // eviction's 1 s replaces the deletion's 300 s.
+    assert!(t
+        .workers
+        .evict(p.clone(), Duration::from_secs(1), failure.clone()));
+    t.settle().await;
+    assert_eq!(
+        t.workers.phase("u1"),
+        Some(Phase::Terminating {
+            grace: Duration::from_secs(1)
+        })
+    );
+    assert!(t.until_finished("u1").await.is_empty());
+    assert_eq!(
+        t.syncer.ops(),
+        [
+            "sync u1",
+            "terminating u1 Some(300s)",
+            "interrupted u1",
+            "terminating u1 Some(1s) Evicted",
+            "terminated u1"
+        ]
+    );
+    // Finished: nothing left to evict.
+    assert!(!t.workers.evict(p, Duration::from_secs(1), failure));
+}
+
 /// Upstream `calculateEffectiveGracePeriod` for a pod's first termination: the request, else the
 /// deletion's grace period, else the spec's, else 30 s; never under 1 s.
 #[test]
@@ -446,4 +487,30 @@ async fn a_spec_change_during_a_sync_is_synced_after_it() {
     tokio::time::sleep(Duration::from_secs(601)).await;
     assert_eq!(t.syncer.ops(), ["sync u1", "sync u1"]);
     assert_eq!(t.workers.phase("u1"), Some(Phase::Syncing));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopping_kubelet_leaves_pods_where_their_workers_are() {
+    let mut t = Table::new();
+    // One pod waits in its sync (a hung postStart hook), one in a 300 s stop.
+    t.workers.update(pod("slow", "u1"));
+    let p = pod("a", "u2");
+    t.workers.update(p.clone());
+    t.settle().await;
+    t.workers.terminate(p, Some(Duration::from_secs(300)));
+    t.settle().await;
+    let Table {
+        syncer, workers, ..
+    } = t;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), workers.shutdown())
+        .await
+        .expect("workers stop when the kubelet does, not when their operations end");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // Neither operation was finished, stopped or followed by another: the next kubelet takes the
+    // pods up from what the runtime has.
+    assert_eq!(
+        syncer.ops(),
+        ["sync u1", "sync u2", "terminating u2 Some(300s)"]
+    );
 }

@@ -108,11 +108,32 @@ pub(super) enum Work {
     },
 }
 
+/// The worker task: [`work`] until the kubelet stops. A stopping kubelet leaves each pod where
+/// its worker is, even in the middle of an operation (a postStart hook that hangs, a stop with a
+/// long grace period): upstream's kubelet exits with its goroutines running, and the next
+/// kubelet adopts what the runtime has and takes the pod up from there. Waiting instead held the
+/// kubelet's exit for the shutdown deadline, after which the operation was aborted anyway.
+pub(super) async fn run<S: PodSyncer>(
+    syncer: Arc<S>,
+    rx: watch::Receiver<Work>,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    cancel: CancellationToken,
+    uid: String,
+    after: Option<tokio::time::Instant>,
+) {
+    let stopping = cancel.clone();
+    tokio::select! {
+        biased;
+        _ = stopping.cancelled() => {}
+        _ = work(syncer, rx, events, cancel, uid, after) => {}
+    }
+}
+
 /// Each [`PodSyncer`] operation is boxed while it runs. Unboxed, the task held the largest of
 /// them inline for the pod's whole life: about 11 KB per pod (heaptrack, 100 API pods), idle or
 /// not. Boxed, an idle worker keeps only its own state, and an operation's memory lives as
 /// long as the operation; one allocation per sync is nothing beside its CRI calls.
-pub(super) async fn run<S: PodSyncer>(
+async fn work<S: PodSyncer>(
     syncer: Arc<S>,
     mut rx: watch::Receiver<Work>,
     events: mpsc::UnboundedSender<WorkerEvent>,
