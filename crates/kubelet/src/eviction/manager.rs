@@ -6,7 +6,7 @@
 //! cgroup v1 and v2 alike. After evicting a pod the manager waits (up to 30 s) for it to be
 //! cleaned up before the next pass, as upstream does, so that one pass evicts one pod.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ pub struct Setup {
     pub cm: ContainerManager,
     pub reclaim: Arc<dyn NodeReclaim>,
     pub recorder: Recorder,
-    /// The pods the kubelet runs and has not started stopping (upstream `GetActivePods`),
+    /// The pods the kubelet runs, those still stopping included (upstream `GetActivePods`),
     /// published by the SyncLoop.
     pub active_pods: watch::Receiver<Arc<Vec<Arc<Pod>>>>,
     pub runtime_pods: watch::Receiver<Arc<RuntimePods>>,
@@ -80,6 +80,12 @@ pub struct EvictionManager {
     notifiers: Vec<super::memcg::MemcgThreshold>,
     /// Notifiers could not be created (cgroup v2): the poll stands in.
     memcg_failed: bool,
+    /// Pods this manager evicted that are still active, with the grace period they were given.
+    /// A pass passes over them unless it would give less: evicting them again changes nothing
+    /// (their worker stops them already), and one that cannot be stopped (a process in
+    /// uninterruptible sleep) must not hold back every other eviction. Upstream gets there by
+    /// its kill timing out, after which the pass moves on to the next pod.
+    evicting: HashMap<String, Duration>,
 }
 
 /// What woke the manager.
@@ -87,6 +93,12 @@ enum Wake {
     Tick,
     MemoryPoll,
     Memcg,
+}
+
+/// Whether a pass passes over `uid` when it would evict it with `grace`: this manager evicted
+/// it already, with no more grace than that (see `EvictionManager::evicting`).
+fn being_evicted(evicting: &HashMap<String, Duration>, uid: &str, grace: Duration) -> bool {
+    evicting.get(uid).is_some_and(|given| grace >= *given)
 }
 
 /// A pod this pass asked to evict.
@@ -108,6 +120,7 @@ impl EvictionManager {
                 memory_met: false,
                 notifiers: Vec::new(),
                 memcg_failed: false,
+                evicting: HashMap::new(),
             },
             EvictionHandle { pressure: rx },
         )
@@ -312,6 +325,8 @@ impl EvictionManager {
         }
         let dedicated = self.dedicated_image_fs().await;
         let active: Vec<Arc<Pod>> = self.s.active_pods.borrow().as_ref().clone();
+        let uids: HashSet<&str> = active.iter().map(|p| podutil::uid(p)).collect();
+        self.evicting.retain(|uid, _| uids.contains(uid.as_str()));
         let summary = crate::stats::summary(&self.s.stats).await;
         let pods_memory = self
             .s
@@ -431,7 +446,7 @@ impl EvictionManager {
     /// Upstream `evictPod`: never a critical pod; an `Evicted` Warning event, then the
     /// termination request.
     fn evict(
-        &self,
+        &mut self,
         pod: &Arc<Pod>,
         grace: Duration,
         message: String,
@@ -440,6 +455,10 @@ impl EvictionManager {
         let who = podutil::describe(pod);
         if is_critical(pod) {
             warn!(pod = %who, "eviction manager: cannot evict a critical pod");
+            return None;
+        }
+        if being_evicted(&self.evicting, podutil::uid(pod), grace) {
+            debug!(pod = %who, "eviction manager: pod is being evicted already");
             return None;
         }
         self.s
@@ -458,6 +477,7 @@ impl EvictionManager {
         if self.s.requests.send(req).is_err() {
             return None;
         }
+        self.evicting.insert(podutil::uid(pod).to_string(), grace);
         Some(Evicted {
             uid: podutil::uid(pod).to_string(),
             pod: who,
@@ -529,4 +549,31 @@ fn same_device(a: &std::path::Path, b: &str) -> Option<bool> {
     let da = std::fs::metadata(a).ok()?.dev();
     let db = std::fs::metadata(b).ok()?.dev();
     Some(da == db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_being_evicted_is_passed_over_unless_the_new_eviction_is_shorter() {
+        let s = Duration::from_secs;
+        let evicting: HashMap<String, Duration> =
+            [("soft".to_string(), s(30)), ("hard".to_string(), s(1))].into();
+        for (uid, grace, want) in [
+            ("other", s(1), false),
+            ("soft", s(30), true),
+            ("soft", s(60), true),
+            // A hard threshold after a soft eviction: 1 s is shorter, the pod is evicted again.
+            ("soft", s(1), false),
+            ("hard", s(1), true),
+            ("hard", s(30), true),
+        ] {
+            assert_eq!(
+                being_evicted(&evicting, uid, grace),
+                want,
+                "{uid} {grace:?}"
+            );
+        }
+    }
 }

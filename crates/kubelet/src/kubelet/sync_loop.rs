@@ -289,30 +289,37 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// Upstream `killPodFunc` for the eviction manager: the pod is stopped through its worker
     /// with the manager's grace period and ends `Failed`/`Evicted`. The newest spec is used; a
-    /// pod already stopping takes only a shorter grace period; a stopped or gone one is left
-    /// alone.
+    /// pod already stopping takes only a shorter grace period; a stopped, removed or gone one
+    /// is left alone.
     fn handle_eviction(&mut self, req: crate::eviction::EvictionRequest) {
-        let uid = podutil::uid(&req.pod).to_string();
-        let pod = self.pods.get(&uid).cloned().unwrap_or(req.pod);
+        let uid = podutil::uid(&req.pod);
+        // Removed since the eviction manager looked: its status is not the kubelet's to write.
+        let Some(pod) = self.pods.get(uid).cloned() else {
+            return;
+        };
         if self.workers.evict(pod.clone(), req.grace, req.failure) {
             info!(pod = %podutil::describe(&pod), grace = ?req.grace, queued_ms = req.decided_at.elapsed().as_millis() as u64, "pod evicted; terminating");
             self.publish_active_pods();
         }
     }
 
-    /// Upstream `GetActivePods` (`filterOutInactivePods`) for the eviction manager and the
-    /// pod-resources API: wanted pods whose worker syncs them and that have not finished in the
-    /// API, and wanted pods still being stopped (upstream: not yet known terminated). A pod
-    /// deleted with a long grace period can thus be evicted, which shortens its stop.
+    /// Upstream `GetActivePods` (`filterOutInactivePods`): a wanted pod whose worker syncs it
+    /// or is still stopping it (upstream: not yet known terminated), unless it finished in the
+    /// API. A pod deleted with a long grace period is thus active and can be evicted, which
+    /// shortens its stop; a pod that ended is not, so an eviction never rewrites its phase.
+    fn is_active(&self, uid: &str, pod: &Pod) -> bool {
+        matches!(
+            self.workers.phase(uid),
+            Some(Phase::Syncing | Phase::Terminating { .. })
+        ) && !is_terminal_in_api(pod)
+    }
+
+    /// The active pods ([`Self::is_active`]) for the eviction manager and the pod-resources API.
     fn publish_active_pods(&self) {
         let mut active: Vec<Arc<Pod>> = self
             .pods
             .iter()
-            .filter(|(uid, p)| match self.workers.phase(uid) {
-                Some(Phase::Syncing) => !is_terminal_in_api(p),
-                Some(Phase::Terminating { .. }) => true,
-                _ => false,
-            })
+            .filter(|(uid, p)| self.is_active(uid, p))
             .map(|(_, p)| p.clone())
             .collect();
         active.sort_by(|a, b| podutil::uid(a).cmp(podutil::uid(b)));
@@ -467,7 +474,8 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
     }
 
-    /// Upstream `UpdateQOSCgroups` (from the pods being synced) and `cleanupOrphanedPodCgroups`:
+    /// Upstream `UpdateQOSCgroups` (from the active pods, those still stopping included: they
+    /// run until their grace period ends) and `cleanupOrphanedPodCgroups`:
     /// a pod cgroup is kept while a source wants its pod, a worker handles it or the runtime
     /// runs it.
     async fn cleanup_cgroups(&self, listing: &RuntimePods) {
@@ -477,7 +485,7 @@ impl<S: PodSyncer> SyncLoop<S> {
         let active: Vec<Arc<Pod>> = self
             .pods
             .iter()
-            .filter(|(uid, _)| self.workers.phase(uid) == Some(Phase::Syncing))
+            .filter(|(uid, p)| self.is_active(uid, p))
             .map(|(_, p)| p.clone())
             .collect();
         let mut keep: HashSet<String> = self.pods.keys().cloned().collect();

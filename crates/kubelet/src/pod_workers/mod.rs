@@ -345,19 +345,23 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// [`Self::terminate`], the kubelet failing the pod as it goes (upstream `KillPodOptions`
     /// with a `PodStatusFunc`, what an eviction sends). A pod already terminating is evicted
-    /// too, as upstream's eviction manager counts it active: a shorter grace period stops it
-    /// again with that one (the failure goes with it unless it has one), a longer one changes
-    /// nothing. False when the pod is neither syncing nor terminating (stopped, finished,
-    /// unknown, or only the runtime knows it): nothing changes then.
+    /// too, as upstream's eviction manager counts it active, when the eviction's grace period
+    /// is shorter: it is stopped again with that one (the failure goes with it unless it has
+    /// one). False when nothing changes: the pod is neither syncing nor terminating (stopped,
+    /// finished, unknown, or only the runtime knows it), or it already stops as fast.
     pub fn evict(&mut self, pod: Arc<Pod>, grace: Duration, failure: PodFailure) -> bool {
-        let evictable = self.records.get(podutil::uid(&pod)).is_some_and(|r| {
-            r.pod.is_some() && matches!(r.phase, Phase::Syncing | Phase::Terminating { .. })
+        let takes = self.records.get(podutil::uid(&pod)).is_some_and(|r| {
+            r.pod.is_some()
+                && match r.phase {
+                    Phase::Syncing => true,
+                    Phase::Terminating { grace: now } => effective_grace(&pod, Some(grace)) < now,
+                    _ => false,
+                }
         });
-        if !evictable {
-            return false;
+        if takes {
+            self.terminate_with(pod, Some(grace), Some(failure));
         }
-        self.terminate_with(pod, Some(grace), Some(failure));
-        true
+        takes
     }
 
     fn terminate_with(
@@ -369,6 +373,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         let uid = podutil::uid(&pod).to_string();
         let full_name = podutil::full_name(&pod);
         let grace = effective_grace(&pod, grace);
+        let is_eviction = failure.is_some();
         let mut after = None;
         if let Some(r) = self.records.get_mut(&uid) {
             // A syncing pod starts terminating; a terminating one takes only a shorter grace
@@ -397,7 +402,11 @@ impl<S: PodSyncer> PodWorkers<S> {
                     });
                     r.phase = Phase::Terminating { grace };
                     r.pod = Some(pod);
-                    r.restart = None;
+                    // A removal cancels a restart the source asked for; an eviction is not
+                    // the source's and leaves it (upstream's kill keeps `restartRequested`).
+                    if !is_eviction {
+                        r.restart = None;
+                    }
                     r.next_sync = None;
                     return;
                 }

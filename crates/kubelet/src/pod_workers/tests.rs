@@ -285,9 +285,9 @@ async fn an_eviction_terminates_a_syncing_pod_once_with_its_failure() {
     assert!(t
         .workers
         .evict(p.clone(), Duration::from_secs(1), failure.clone()));
-    // Already terminating with 1 s: a second eviction is taken (the pod is still active) but
-    // its grace period is no shorter, so the stop goes on unchanged.
-    assert!(t.workers.evict(p.clone(), Duration::ZERO, failure));
+    // Already terminating with 1 s: a second eviction's grace period is no shorter, so it
+    // changes nothing.
+    assert!(!t.workers.evict(p.clone(), Duration::ZERO, failure));
     assert!(t.until_finished("u1").await.is_empty());
     assert_eq!(
         t.syncer.ops(),
@@ -415,6 +415,41 @@ async fn an_eviction_shortens_the_stop_of_a_deleted_pod_and_fails_it() {
     );
     // Finished: nothing left to evict.
     assert!(!t.workers.evict(p, Duration::from_secs(1), failure));
+}
+
+/// A pod its source wanted again while it stopped restarts after an eviction shortened that
+/// stop: the eviction is the kubelet's, not the source's (upstream's kill keeps
+/// `restartRequested`). A second, no shorter, eviction changes nothing.
+#[tokio::test(start_paused = true)]
+async fn an_eviction_keeps_a_restart_the_source_asked_for() {
+    let mut t = Table::new();
+    let p = pod("web", "u");
+    t.workers.update(p.clone());
+    t.settle().await;
+    t.workers
+        .terminate(p.clone(), Some(Duration::from_secs(300)));
+    t.settle().await;
+    t.workers.update(p.clone());
+    let failure = PodFailure {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+    };
+    assert!(t
+        .workers
+        .evict(p.clone(), Duration::from_secs(1), failure.clone()));
+    assert!(!t.workers.evict(p.clone(), Duration::from_secs(5), failure));
+    let next = t.until_finished("u").await;
+    assert_eq!(next.len(), 1, "restarted after the evicted stop");
+    assert_eq!(
+        t.syncer.ops(),
+        [
+            "sync u",
+            "terminating u Some(300s)",
+            "interrupted u",
+            "terminating u Some(1s) Evicted",
+            "terminated u"
+        ]
+    );
 }
 
 /// Upstream `calculateEffectiveGracePeriod` for a pod's first termination: the request, else the
