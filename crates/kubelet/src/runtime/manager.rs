@@ -579,12 +579,21 @@ impl RuntimeManager {
 
     /// Removes all containers and sandboxes of a pod that was killed, and its log directory
     /// (upstream does this through container GC once the pod is gone).
+    ///
+    /// The containers' logs go first, as upstream's `removeContainer` removes them before the
+    /// container. The containers themselves go with their sandbox: the CRI contract has
+    /// RemovePodSandbox remove the sandbox's containers, as containerd and CRI-O do, so a pod
+    /// costs one call per sandbox where upstream's GC makes a RemoveContainer per container
+    /// first (each on the pod's removal path, for work RemovePodSandbox does anyway). Only
+    /// when the read shows no sandbox is each container removed by itself; one a runtime left
+    /// behind anyway is still the pod's, and housekeeping removes it as a pod no source wants.
     pub async fn remove_pod(
         &self,
         pod: &RuntimePodRef,
         status: &PodRuntimeStatus,
     ) -> Result<(), RuntimeError> {
         let mut first_err = None;
+        let with_sandbox = !status.sandboxes.is_empty();
         for c in &status.containers {
             // The read that found the container says where its logs are (no path: only the
             // symlink, as a ContainerStatus would have said too).
@@ -595,7 +604,15 @@ impl RuntimeManager {
                 pod_namespace: pod.namespace.clone(),
                 container_name: c.name.clone(),
             });
-            if let Err(e) = self.remove_container_logged(logs).await {
+            let removed = match with_sandbox {
+                true => self
+                    .logs
+                    .container_removed(&logs)
+                    .await
+                    .map_err(RuntimeError::from),
+                false => self.remove_container_logged(logs).await,
+            };
+            if let Err(e) = removed {
                 first_err.get_or_insert(e);
             }
         }
