@@ -239,7 +239,11 @@ impl<S: PodSyncer> SyncLoop<S> {
             return;
         }
         self.status.add(pod.clone()).await;
-        self.workers.update(pod);
+        match known {
+            true => self.workers.update(pod),
+            // New to the SyncLoop: a first add, or a pod its source removed and added again.
+            false => self.workers.add(pod),
+        }
     }
 
     /// Upstream `canAdmitPod` with 1.20's handler order (`NewMainKubelet`): node pressure (the
@@ -377,7 +381,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     c.unregister(&uid);
                 }
                 for next in self.workers.finished(&uid, pod.as_deref()) {
-                    self.workers.update(next);
+                    self.workers.add(next);
                 }
                 self.publish_static_pods();
                 self.publish_active_pods();

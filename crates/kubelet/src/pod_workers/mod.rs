@@ -261,9 +261,22 @@ impl<S: PodSyncer> PodWorkers<S> {
         })
     }
 
+    /// A pod its source added, or added again after removing it (upstream `SyncPodCreate`):
+    /// [`Self::update`], and a pod still being torn down is restarted once it finished
+    /// (upstream `restartRequested`).
+    pub fn add(&mut self, pod: Arc<Pod>) {
+        self.update_with(pod, true);
+    }
+
     /// A wanted pod, new or updated: start its worker (or make it wait for its name), or hand the
-    /// worker the newest spec. A pod being torn down is restarted once it finished.
+    /// worker the newest spec. An update of a pod being torn down does not restart it (an
+    /// evicted pod's own status coming back through the watch, a label change): only a pending
+    /// restart takes the newer spec.
     pub fn update(&mut self, pod: Arc<Pod>) {
+        self.update_with(pod, false);
+    }
+
+    fn update_with(&mut self, pod: Arc<Pod>, added: bool) {
         let uid = podutil::uid(&pod).to_string();
         let full_name = podutil::full_name(&pod);
         let busy = self.name_busy(&full_name, &uid);
@@ -282,7 +295,11 @@ impl<S: PodSyncer> PodWorkers<S> {
                     self.records.remove(&uid);
                     self.start(uid, pod, full_name, false, after);
                 }
-                Phase::Terminating { .. } | Phase::Terminated => r.restart = Some(pod),
+                Phase::Terminating { .. } | Phase::Terminated => {
+                    if added || r.restart.is_some() {
+                        r.restart = Some(pod);
+                    }
+                }
                 // The same UID again before a runtime listing showed its cleanup: the PLEG cache
                 // may still hold the read from before the removal.
                 Phase::Finished { at } => {

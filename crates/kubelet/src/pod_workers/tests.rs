@@ -232,7 +232,7 @@ async fn a_pod_readded_while_terminating_restarts_after_it_finished() {
     t.settle().await;
     t.workers.terminate(p.clone(), None);
     // The source wants it again before the worker finished (upstream restartRequested).
-    t.workers.update(p.clone());
+    t.workers.add(p.clone());
     let next = t.until_finished("u").await;
     assert_eq!(next.len(), 1);
     for p in next {
@@ -429,7 +429,7 @@ async fn an_eviction_keeps_a_restart_the_source_asked_for() {
     t.workers
         .terminate(p.clone(), Some(Duration::from_secs(300)));
     t.settle().await;
-    t.workers.update(p.clone());
+    t.workers.add(p.clone());
     let failure = PodFailure {
         reason: "Evicted".into(),
         message: "The node was low on resource: memory. ".into(),
@@ -449,6 +449,30 @@ async fn an_eviction_keeps_a_restart_the_source_asked_for() {
             "terminating u Some(1s) Evicted",
             "terminated u"
         ]
+    );
+}
+
+/// An update of a pod being evicted (its own Failed status coming back through the watch, a
+/// label change) does not restart it once it finished: only its source adding it again does
+/// (upstream sets `restartRequested` on `SyncPodCreate` alone). Before, any update did, and an
+/// evicted API pod ran again after its stop.
+#[tokio::test(start_paused = true)]
+async fn an_update_of_an_evicted_pod_does_not_restart_it() {
+    let mut t = Table::new();
+    let p = pod("web", "u");
+    t.workers.update(p.clone());
+    t.settle().await;
+    let failure = PodFailure {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+    };
+    assert!(t.workers.evict(p.clone(), Duration::from_secs(30), failure));
+    t.settle().await;
+    t.workers.update(p.clone());
+    assert!(t.until_finished("u").await.is_empty(), "not restarted");
+    assert_eq!(
+        t.syncer.ops(),
+        ["sync u", "terminating u Some(30s) Evicted", "terminated u"]
     );
 }
 
