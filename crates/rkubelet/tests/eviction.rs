@@ -423,7 +423,23 @@ async fn disk_pressure_and_empty_dir_size_limit_evict_on_a_small_root_dir() {
         }
     });
     let log = env.kubelet_log();
-    assert!(log.contains("grace period shortened"), "{}", tail(&log, 40));
+    assert!(
+        log.lines().any(|l| l.contains("\"grace period shortened\"")
+            && l.contains("pod=\"default/stubborn\"")
+            && l.contains("to=\"1s\"")),
+        "{}",
+        tail(&log, 40)
+    );
+    wait_json("stubborn's Evicted event", Duration::from_secs(30), || {
+        events_for(&cp, "Pod", "stubborn")
+            .iter()
+            .any(|(kind, reason, msg)| {
+                kind == "Warning"
+                    && reason == "Evicted"
+                    && msg == "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+            })
+            .then_some(Value::Null)
+    });
     eprintln!("stubborn: gone {:?} after its delete", deleted.elapsed());
 
     // Filling the root directory's filesystem past nodefs.available: DiskPressure, and the pod

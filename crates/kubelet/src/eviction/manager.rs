@@ -80,12 +80,8 @@ pub struct EvictionManager {
     notifiers: Vec<super::memcg::MemcgThreshold>,
     /// Notifiers could not be created (cgroup v2): the poll stands in.
     memcg_failed: bool,
-    /// Pods this manager evicted that are still active, with the grace period they were given.
-    /// A pass passes over them unless it would give less: evicting them again changes nothing
-    /// (their worker stops them already), and one that cannot be stopped (a process in
-    /// uninterruptible sleep) must not hold back every other eviction. Upstream gets there by
-    /// its kill timing out, after which the pass moves on to the next pod.
-    evicting: HashMap<String, Duration>,
+    /// Pods this manager evicted that are still active: see [`again`].
+    evicting: HashMap<String, Evicting>,
 }
 
 /// What woke the manager.
@@ -95,10 +91,39 @@ enum Wake {
     Memcg,
 }
 
-/// Whether a pass passes over `uid` when it would evict it with `grace`: this manager evicted
-/// it already, with no more grace than that (see `EvictionManager::evicting`).
-fn being_evicted(evicting: &HashMap<String, Duration>, uid: &str, grace: Duration) -> bool {
-    evicting.get(uid).is_some_and(|given| grace >= *given)
+/// A pod this manager evicted: the grace period it gave, and when.
+#[derive(Debug, Clone, Copy)]
+struct Evicting {
+    grace: Duration,
+    at: Instant,
+}
+
+/// What a pass does with a pod it picks to evict with `grace` at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Again {
+    /// Evict it: not evicted before, or this eviction gives less time.
+    Evict,
+    /// Its eviction is under way: wait for it again, with no new event or count.
+    Wait,
+    /// It was evicted longer ago than a kill may take and is still there (a process in
+    /// uninterruptible sleep): go on to the next pod rather than hold back every eviction.
+    PassOver,
+}
+
+/// Upstream's eviction waits for the kill (`killPodNow`: 1.5 times the grace period, at least
+/// 10 s) and moves on to the next pod when it times out; a pass here waits for the pod's
+/// cleanup instead (30 s), so it decides from the time since the eviction.
+fn again(prev: Option<&Evicting>, grace: Duration, now: Instant) -> Again {
+    match prev {
+        Some(e) if grace >= e.grace => {
+            let kill_timeout = (e.grace + e.grace / 2).max(Duration::from_secs(10));
+            match now < e.at + kill_timeout {
+                true => Again::Wait,
+                false => Again::PassOver,
+            }
+        }
+        _ => Again::Evict,
+    }
 }
 
 /// A pod this pass asked to evict.
@@ -106,6 +131,8 @@ struct Evicted {
     uid: String,
     pod: String,
     decided_at: Instant,
+    /// A new eviction (false: one under way, waited for again).
+    new: bool,
 }
 
 impl EvictionManager {
@@ -365,7 +392,9 @@ impl EvictionManager {
                 };
                 if let Some((label, msg)) = rank::local_storage_violation(pod, st, dedicated) {
                     if let Some(e) = self.evict(pod, IMMEDIATE_GRACE, msg, now) {
-                        count_eviction(label);
+                        if e.new {
+                            count_eviction(label);
+                        }
                         return Some(e);
                     }
                 }
@@ -405,7 +434,9 @@ impl EvictionManager {
             let st = stats.get(podutil::uid(pod)).copied();
             let msg = rank::message(resource, pod, st, &pass.met, &obs);
             if let Some(e) = self.evict(pod, grace, msg, decided) {
-                count_eviction(t.signal.as_str());
+                if e.new {
+                    count_eviction(t.signal.as_str());
+                }
                 return Some(e);
             }
         }
@@ -457,9 +488,22 @@ impl EvictionManager {
             warn!(pod = %who, "eviction manager: cannot evict a critical pod");
             return None;
         }
-        if being_evicted(&self.evicting, podutil::uid(pod), grace) {
-            debug!(pod = %who, "eviction manager: pod is being evicted already");
-            return None;
+        let uid = podutil::uid(pod);
+        match again(self.evicting.get(uid), grace, Instant::now()) {
+            Again::Evict => {}
+            Again::Wait => {
+                debug!(pod = %who, "eviction manager: pod is being evicted already; waiting for it");
+                return Some(Evicted {
+                    uid: uid.to_string(),
+                    pod: who,
+                    decided_at,
+                    new: false,
+                });
+            }
+            Again::PassOver => {
+                warn!(pod = %who, "eviction manager: pod evicted before is still not stopped; evicting the next one");
+                return None;
+            }
         }
         self.s
             .recorder
@@ -477,11 +521,18 @@ impl EvictionManager {
         if self.s.requests.send(req).is_err() {
             return None;
         }
-        self.evicting.insert(podutil::uid(pod).to_string(), grace);
+        self.evicting.insert(
+            podutil::uid(pod).to_string(),
+            Evicting {
+                grace,
+                at: Instant::now(),
+            },
+        );
         Some(Evicted {
             uid: podutil::uid(pod).to_string(),
             pod: who,
             decided_at: Instant::now(),
+            new: true,
         })
     }
 
@@ -556,23 +607,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pod_being_evicted_is_passed_over_unless_the_new_eviction_is_shorter() {
+    fn a_pod_being_evicted_is_waited_for_then_passed_over_unless_evicted_shorter() {
         let s = Duration::from_secs;
-        let evicting: HashMap<String, Duration> =
-            [("soft".to_string(), s(30)), ("hard".to_string(), s(1))].into();
-        for (uid, grace, want) in [
-            ("other", s(1), false),
-            ("soft", s(30), true),
-            ("soft", s(60), true),
-            // A hard threshold after a soft eviction: 1 s is shorter, the pod is evicted again.
-            ("soft", s(1), false),
-            ("hard", s(1), true),
-            ("hard", s(30), true),
+        let t0 = Instant::now();
+        let soft = Evicting {
+            grace: s(30),
+            at: t0,
+        };
+        let hard = Evicting {
+            grace: s(1),
+            at: t0,
+        };
+        for (prev, grace, after, want) in [
+            (None, s(1), s(0), Again::Evict),
+            // A soft eviction's 30 s: waited for during 45 s (1.5 x), then passed over.
+            (Some(soft), s(30), s(31), Again::Wait),
+            (Some(soft), s(60), s(44), Again::Wait),
+            (Some(soft), s(30), s(46), Again::PassOver),
+            // A hard threshold after a soft eviction: 1 s is shorter, evicted again.
+            (Some(soft), s(1), s(5), Again::Evict),
+            // A hard eviction's 1 s: at least 10 s.
+            (Some(hard), s(1), s(9), Again::Wait),
+            (Some(hard), s(30), s(11), Again::PassOver),
         ] {
             assert_eq!(
-                being_evicted(&evicting, uid, grace),
+                again(prev.as_ref(), grace, t0 + after),
                 want,
-                "{uid} {grace:?}"
+                "{prev:?} {grace:?} after {after:?}"
             );
         }
     }

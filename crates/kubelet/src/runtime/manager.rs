@@ -585,8 +585,10 @@ impl RuntimeManager {
     /// RemovePodSandbox remove the sandbox's containers, as containerd and CRI-O do, so a pod
     /// costs one call per sandbox where upstream's GC makes a RemoveContainer per container
     /// first (each on the pod's removal path, for work RemovePodSandbox does anyway). Only
-    /// when the read shows no sandbox is each container removed by itself; one a runtime left
-    /// behind anyway is still the pod's, and housekeeping removes it as a pod no source wants.
+    /// when the read shows no sandbox is each container removed by itself. A stopped container
+    /// whose sandbox the read did not show (containerd leaves none behind: its RemovePodSandbox
+    /// fails if a container's removal does) would stay until housekeeping finds its pod
+    /// unwanted, which for a pod whose object stays (Failed, evicted) is its deletion.
     pub async fn remove_pod(
         &self,
         pod: &RuntimePodRef,
