@@ -46,7 +46,7 @@ cleanup() {
     fi
     CUR_PID=""
     if [[ -n "$CUR_CD" ]]; then
-        "$HACK_DIR/containerd.sh" down "$CUR_CD" 2>/dev/null || true
+        containerd_down "$CUR_CD" 2>/dev/null || true
         unmount_tree "$CUR_CD" 2>/dev/null || true
     fi
     remove_cgroup_root "$CGROUP_ROOT"
@@ -363,7 +363,7 @@ bench_one() {
         ;;
     *) die "KUBELETS: unknown kubelet '$kubelet' (rkubelet, upstream)" ;;
     esac
-    "$HACK_DIR/containerd.sh" down "$cd" 2>/dev/null || true
+    containerd_down "$cd" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$cp" 2>/dev/null || true
     CUR_CD="$cd" CUR_CP="$cp"
     log "N=$n $kubelet QPS $qps: control plane in $cp, containerd (INDEX $index) in $cd"

@@ -28,7 +28,7 @@ cleanup() {
     fi
     KPID=""
     # rkubelet leaves pods running on exit; containerd.sh down removes them, then their cgroups.
-    "$HACK_DIR/containerd.sh" down "$DIR" 2>/dev/null || true
+    containerd_down "$DIR" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
 }
 bench_traps 'cleanup'

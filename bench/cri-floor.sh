@@ -60,7 +60,7 @@ stop_rkubelet() {
 
 cleanup() {
     stop_rkubelet
-    "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
+    containerd_down "$CD" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
     remove_cgroup_root "$FLOOR_CGROUP_ROOT"
 }
@@ -181,7 +181,7 @@ main() {
     # runc gives every container a session keyring); rkubelet sets them in the same run, so the
     # floor runs on the host as rkubelet leaves it. The host's values come back at exit.
     set_kubelet_tunables
-    "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
+    containerd_down "$CD" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true
     log "control plane in $CP"
     "$HACK_DIR/control-plane.sh" up "$CP" >/dev/null

@@ -32,7 +32,7 @@ cleanup() {
         kill -TERM "$KPID" 2>/dev/null || true
         timeout 10 tail --pid="$KPID" -f /dev/null || kill -KILL "$KPID" 2>/dev/null || true
     fi
-    "$HACK_DIR/containerd.sh" down "$DIR" 2>/dev/null || true
+    containerd_down "$DIR" 2>/dev/null || true
 }
 bench_traps 'cleanup'
 

@@ -27,6 +27,15 @@ set_kubelet_tunables() {
     for kv in "${KUBELET_TUNABLES[@]}"; do echo "${kv#*=}" >"/proc/sys/${kv%%=*}"; done
 }
 
+# containerd_down DIR: hack/containerd.sh down DIR, keeping containerd's log first as
+# /tmp/<DIR's name>.containerd.log (down removes DIR with it; a benchmark that lost its runtime
+# could not say why).
+containerd_down() {
+    local dir="$1"
+    [[ ! -f "$dir/log/containerd.log" ]] || cp "$dir/log/containerd.log" "/tmp/${dir##*/}.containerd.log" || true
+    "$HACK_DIR/containerd.sh" down "$dir"
+}
+
 # free_port PORT: PORT or the next one nothing listens on.
 free_port() {
     local p="$1"

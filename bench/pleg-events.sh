@@ -37,7 +37,7 @@ stop_rkubelet() {
 
 cleanup() {
     stop_rkubelet
-    "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
+    containerd_down "$CD" 2>/dev/null || true
     remove_cgroup_root "$CGROUP_ROOT"
 }
 bench_traps 'cleanup'
@@ -82,7 +82,7 @@ main() {
     if [[ ! -x "$RKUBELET" ]]; then
         (cd "$REPO_ROOT" && cargo build -p rkubelet)
     fi
-    "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
+    containerd_down "$CD" 2>/dev/null || true
     bench_mode events on
     bench_mode relist-only off
 }

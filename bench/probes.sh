@@ -36,7 +36,7 @@ cleanup() {
         timeout 10 tail --pid="$CUR_PID" -f /dev/null || kill -KILL "$CUR_PID" 2>/dev/null || true
     fi
     CUR_PID=""
-    [[ -z "$CUR_DIR" ]] || "$HACK_DIR/containerd.sh" down "$CUR_DIR" 2>/dev/null || true
+    [[ -z "$CUR_DIR" ]] || containerd_down "$CUR_DIR" 2>/dev/null || true
     CUR_DIR=""
 }
 bench_traps 'cleanup; rm -f "$RESULTS"'
@@ -284,7 +284,7 @@ bench_one() {
     local mode="$1" n="$2" window="$3" index="$4" results="$5" dir sock port logf rust_log i
     dir="/tmp/rkubelet-probebench-$mode"
     logf="/tmp/rkubelet-probebench-$mode.log"
-    [[ ! -e "$dir" ]] || "$HACK_DIR/containerd.sh" down "$dir" # a previous interrupted run
+    [[ ! -e "$dir" ]] || containerd_down "$dir" # a previous interrupted run
     CUR_DIR="$dir"
     log "$mode: starting containerd (INDEX $index) in $dir"
     if ! "$HACK_DIR/containerd.sh" up "$dir" "$index" >/dev/null 2>"$logf"; then

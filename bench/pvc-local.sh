@@ -55,7 +55,7 @@ cleanup() {
         # Pods left by an interrupted run: their bind mounts go before the directories do.
         awk -v d="$CUR_CD/kubelet/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r |
             while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-        "$HACK_DIR/containerd.sh" down "$CUR_CD" 2>/dev/null || true
+        containerd_down "$CUR_CD" 2>/dev/null || true
         rm -rf "$CUR_CD"
     fi
     remove_cgroup_root "$CGROUP_ROOT"
@@ -90,7 +90,7 @@ mounts_left() {
 bench_one() {
     local n="$1" cd cp sock kc logf i k t0 t1 t2 t3 host
     cd="/tmp/rkubelet-pvcbench-cd-$n" cp="/tmp/rkubelet-pvcbench-cp-$n" logf="/tmp/rkubelet-pvcbench-$n.log"
-    "$HACK_DIR/containerd.sh" down "$cd" 2>/dev/null || true
+    containerd_down "$cd" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$cp" 2>/dev/null || true
     CUR_CD="$cd" CUR_CP="$cp"
     log "N=$n: control plane in $cp, containerd (INDEX $INDEX) in $cd"

@@ -33,7 +33,7 @@ cleanup() {
     fi
     CUR_PID=""
     if [[ -n "$CUR_DIR" ]]; then
-        "$HACK_DIR/containerd.sh" down "$CUR_DIR" 2>/dev/null || true
+        containerd_down "$CUR_DIR" 2>/dev/null || true
     fi
     CUR_DIR=""
 }
@@ -245,7 +245,7 @@ bench_one() {
     dir="/tmp/rkubelet-bench-$n"
     logf="/tmp/rkubelet-bench-$n.log"
     if [[ -e "$dir" ]]; then
-        "$HACK_DIR/containerd.sh" down "$dir" # a previous interrupted run
+        containerd_down "$dir" # a previous interrupted run
     fi
     CUR_DIR="$dir"
     log "N=$n: starting containerd (INDEX $index) in $dir"

@@ -29,7 +29,7 @@ cleanup() {
         kill -TERM "$KPID" 2>/dev/null || true
         timeout 10 tail --pid="$KPID" -f /dev/null || kill -KILL "$KPID" 2>/dev/null || true
     fi
-    "$HACK_DIR/containerd.sh" down "$CD" 2>/dev/null || true
+    containerd_down "$CD" 2>/dev/null || true
     "$HACK_DIR/control-plane.sh" down "$CP" 2>/dev/null || true
 }
 bench_traps 'cleanup'

@@ -29,7 +29,7 @@ cleanup() {
         timeout 10 tail --pid="$KPID" -f /dev/null || kill -KILL "$KPID" 2>/dev/null || true
     fi
     # rkubelet leaves pods running on exit; containerd.sh down removes them.
-    "$HACK_DIR/containerd.sh" down "$DIR" 2>/dev/null || true
+    containerd_down "$DIR" 2>/dev/null || true
 }
 bench_traps 'cleanup'
 
