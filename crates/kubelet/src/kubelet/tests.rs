@@ -391,11 +391,9 @@ async fn a_force_delete_stops_a_slowly_stopping_pod_again_with_its_shorter_grace
     h.stop().await;
 }
 
-/// A pod removed while its postStart hook hangs is stopped at once: the termination stops the
-/// sync that waits for the hook (upstream cancels the sync's context), rather than waiting out
-/// the hook's 2 minutes.
-#[tokio::test(start_paused = true)]
-async fn a_pod_removed_during_a_hanging_post_start_hook_stops_at_once() {
+/// A kubelet running pod `web` whose container `app` has a postStart hook (`sleep 600`) that the
+/// runtime holds for 600 s; returns once the hook runs.
+async fn hanging_post_start() -> Harness {
     let h = Harness::start().await;
     h.fake
         .delay("exec_sync", "sleep 600", Duration::from_secs(600));
@@ -414,6 +412,15 @@ async fn a_pod_removed_during_a_hanging_post_start_hook_stops_at_once() {
         f.calls().iter().any(|c| c.op == "exec_sync")
     })
     .await;
+    h
+}
+
+/// A pod removed while its postStart hook hangs is stopped at once: the termination stops the
+/// sync that waits for the hook (upstream cancels the sync's context), rather than waiting out
+/// the hook's 2 minutes.
+#[tokio::test(start_paused = true)]
+async fn a_pod_removed_during_a_hanging_post_start_hook_stops_at_once() {
+    let h = hanging_post_start().await;
     let removed = Instant::now();
     h.want(vec![]).await;
     h.until("sandbox removed", Duration::from_secs(60), |f| {
@@ -434,24 +441,7 @@ async fn a_pod_removed_during_a_hanging_post_start_hook_stops_at_once() {
 /// deadline aborted the worker) nor kills anything.
 #[tokio::test(start_paused = true)]
 async fn a_stopping_kubelet_does_not_wait_for_a_hanging_post_start_hook() {
-    let h = Harness::start().await;
-    h.fake
-        .delay("exec_sync", "sleep 600", Duration::from_secs(600));
-    let mut c = container("app");
-    c.lifecycle = Some(Lifecycle {
-        post_start: Some(LifecycleHandler {
-            exec: Some(ExecAction {
-                command: Some(vec!["sleep".into(), "600".into()]),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    h.want(vec![pod("web", "uid-web", vec![c])]).await;
-    h.until("postStart hook running", Duration::from_secs(30), |f| {
-        f.calls().iter().any(|c| c.op == "exec_sync")
-    })
-    .await;
+    let h = hanging_post_start().await;
     let fake = h.fake.clone();
     let stopping = Instant::now();
     h.stop().await;

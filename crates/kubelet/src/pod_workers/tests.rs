@@ -106,6 +106,14 @@ fn pod(name: &str, uid: &str) -> Arc<Pod> {
     })
 }
 
+/// The failure a memory eviction gives a pod.
+fn memory_eviction() -> PodFailure {
+    PodFailure {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+    }
+}
+
 struct Table {
     syncer: Arc<Recorder>,
     workers: PodWorkers<Recorder>,
@@ -273,10 +281,7 @@ async fn an_eviction_terminates_a_syncing_pod_once_with_its_failure() {
     let mut t = Table::new();
     let p = pod("a", "u1");
     // Not known yet: nothing to evict.
-    let failure = PodFailure {
-        reason: "Evicted".into(),
-        message: "The node was low on resource: memory. ".into(),
-    };
+    let failure = memory_eviction();
     assert!(!t
         .workers
         .evict(p.clone(), Duration::from_secs(1), failure.clone()));
@@ -357,10 +362,7 @@ async fn an_evicted_pod_keeps_its_failure_when_its_deletion_shortens_the_stop() 
     let p = pod("a", "u1");
     t.workers.update(p.clone());
     t.settle().await;
-    let failure = PodFailure {
-        reason: "Evicted".into(),
-        message: "The node was low on resource: memory. ".into(),
-    };
+    let failure = memory_eviction();
     assert!(t.workers.evict(p.clone(), Duration::from_secs(30), failure));
     t.settle().await;
     t.workers.terminate(p, Some(Duration::from_secs(2)));
@@ -386,10 +388,7 @@ async fn an_eviction_shortens_the_stop_of_a_deleted_pod_and_fails_it() {
     t.workers
         .terminate(p.clone(), Some(Duration::from_secs(300)));
     t.settle().await;
-    let failure = PodFailure {
-        reason: "Evicted".into(),
-        message: "The node was low on resource: memory. ".into(),
-    };
+    let failure = memory_eviction();
     // Upstream's eviction manager counts a terminating pod active and may pick it: its hard
     // eviction's 1 s replaces the deletion's 300 s.
     assert!(t
@@ -430,10 +429,7 @@ async fn an_eviction_keeps_a_restart_the_source_asked_for() {
         .terminate(p.clone(), Some(Duration::from_secs(300)));
     t.settle().await;
     t.workers.add(p.clone());
-    let failure = PodFailure {
-        reason: "Evicted".into(),
-        message: "The node was low on resource: memory. ".into(),
-    };
+    let failure = memory_eviction();
     assert!(t
         .workers
         .evict(p.clone(), Duration::from_secs(1), failure.clone()));
@@ -462,10 +458,7 @@ async fn an_update_of_an_evicted_pod_does_not_restart_it() {
     let p = pod("web", "u");
     t.workers.update(p.clone());
     t.settle().await;
-    let failure = PodFailure {
-        reason: "Evicted".into(),
-        message: "The node was low on resource: memory. ".into(),
-    };
+    let failure = memory_eviction();
     assert!(t.workers.evict(p.clone(), Duration::from_secs(30), failure));
     t.settle().await;
     t.workers.update(p.clone());
