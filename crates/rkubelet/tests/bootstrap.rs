@@ -488,6 +488,94 @@ async fn server_tls_bootstrap_serves_cluster_signed_cert() {
 /// Upstream's fallback: a node cut off from the apiserver past its cert's expiry can no longer
 /// ask as itself, so it asks with the bootstrap token again, and rejoins without a restart.
 /// Same 150 s certs as above; the apiserver is down from the first issuance until after expiry.
+/// kubeadm init's first kubelet.conf embeds the node's client pair as data. With rotation on,
+/// upstream's client cert manager takes that pair as its bootstrap pair: it stores it as
+/// `kubelet-client-current.pem` (the file kubeadm's kubelet-finalize phase then points
+/// kubelet.conf at) and renews it at once. The node's own renewal CSR is auto-approved (kubeadm's
+/// RBAC), the issued cert replaces the embedded one without a restart, and the node goes on
+/// renewing its lease with it.
+#[tokio::test]
+async fn embedded_client_pair_is_stored_and_renewed_at_once() {
+    let cp = ControlPlane::up("boot5");
+    cp.start_controller_manager(&[]);
+    // kubeadm's RBAC (made with the bootstrap token): a node's renewal of its own cert is
+    // auto-approved.
+    let _ = cp.bootstrap_kubeconfig();
+    let mut env = Env::new(249);
+    let kubeconfig = cp.node_kubeconfig(&env.node);
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let embedded = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client-certificate-data:"))
+        .map(|b| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .unwrap()
+        })
+        .expect("the node kubeconfig embeds its client cert");
+    let cert_dir = env.dir.join("pki");
+    env.start_kubelet_with(&[
+        &format!("--kubeconfig={}", kubeconfig.display()),
+        &format!("--cert-dir={}", cert_dir.display()),
+        "--node-ip=127.0.0.1",
+        "--rotate-certificates",
+    ]);
+    wait_ready(&cp, &env.node);
+    let current = cert_dir.join("kubelet-client-current.pem");
+    let cert_of = |pem: &[u8]| {
+        let text = String::from_utf8_lossy(pem).to_string();
+        let end = "-----END CERTIFICATE-----";
+        text[..text.find(end).expect("a certificate") + end.len()]
+            .trim()
+            .to_string()
+    };
+    let embedded_cert = cert_of(&embedded);
+    // The embedded pair was stored first (the log says so; the issued pair's file may have the
+    // same second in its name and replace it), then the issued one.
+    wait_until(
+        Duration::from_secs(90),
+        "the embedded pair renewed in the cert dir",
+        || {
+            let now = std::fs::read(&current).ok()?;
+            (cert_of(&now) != embedded_cert).then_some(())
+        },
+    );
+    let log = env.kubelet_log();
+    assert!(
+        log.contains("stored the kubeconfig's embedded client certificate in the cert dir"),
+        "{}",
+        tail(&log, 40)
+    );
+    assert!(
+        log.contains("rotated the client certificate"),
+        "{}",
+        tail(&log, 40)
+    );
+    assert!(signed_by_ca(&cp, &current));
+    let renewal = csrs(&cp)
+        .into_iter()
+        .find(|c| c["spec"]["username"] == format!("system:node:{}", env.node))
+        .expect("a CSR from the node itself");
+    assert_eq!(
+        condition(&renewal, "Approved").unwrap()["reason"],
+        "AutoApproved"
+    );
+    // The kubeconfig is the operator's (kubeadm's): the kubelet leaves it as it was.
+    assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), text);
+    let before = wait_until(Duration::from_secs(30), "the node's lease readable", || {
+        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "lease renewed with the issued cert",
+        || {
+            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
+            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+        },
+    );
+}
+
 #[tokio::test]
 async fn expired_client_cert_is_renewed_with_bootstrap_credentials() {
     let cp = ControlPlane::up("boot4");

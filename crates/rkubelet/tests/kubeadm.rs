@@ -258,6 +258,20 @@ fn kubeadm_cluster_on_rkubelet() {
         "{}",
         common::tail(&init_log, 30)
     );
+    // The kubelet stored kubelet.conf's embedded pair in its cert dir at start (rotation is on in
+    // kubeadm's config), so kubeadm's kubelet-finalize phase pointed kubelet.conf at it.
+    assert!(
+        init_log.contains("[kubelet-finalize] Updating"),
+        "{}",
+        common::tail(&init_log, 30)
+    );
+    let kubelet_conf =
+        std::fs::read_to_string(cl.nodes[n1].etc_kubernetes().join("kubelet.conf")).unwrap();
+    assert!(
+        kubelet_conf.contains("/var/lib/kubelet/pki/kubelet-client-current.pem")
+            && !kubelet_conf.contains("client-certificate-data"),
+        "{kubelet_conf}"
+    );
     // The kubelet the stand-in started runs deploy/10-kubeadm.conf's command line.
     let cmd = std::fs::read_to_string(cl.nodes[n1].dir.join("kubelet.cmd")).unwrap();
     for flag in [

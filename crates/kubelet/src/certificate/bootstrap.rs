@@ -77,6 +77,32 @@ pub fn kubeconfig_client_cert(path: &Path) -> Result<Option<Vec<u8>>, CertError>
     }
 }
 
+/// The client cert and key a kubeconfig's current user embeds as data, if it embeds both (kubeadm
+/// init's first kubelet.conf). Upstream's client cert manager takes such a pair as its bootstrap
+/// pair (`certConfig.CertData`/`KeyData`); a pair given as files is read from them instead.
+pub fn kubeconfig_embedded_pair(path: &Path) -> Result<Option<CertKey>, CertError> {
+    let err = kc_err(path);
+    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let (_, user) = current(&kc, path)?;
+    let Some(auth) = user.and_then(|u| u.auth_info) else {
+        return Ok(None);
+    };
+    let (Some(cert), Some(key)) = (&auth.client_certificate_data, &auth.client_key_data) else {
+        return Ok(None);
+    };
+    let decode = |what: &str, data: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| err(format!("{what}: {e}")))
+            .and_then(|b| String::from_utf8(b).map_err(|_| err(format!("{what}: not UTF-8 PEM"))))
+    };
+    use secrecy::ExposeSecret;
+    Ok(Some(CertKey {
+        cert_pem: decode("client-certificate-data", cert)?,
+        key_pem: decode("client-key-data", key.expose_secret())?,
+    }))
+}
+
 /// Upstream `isClientConfigStillValid`: the file exists and every cert of its user is unexpired.
 /// Any problem reading it means "not valid" (bootstrap then replaces it), as upstream.
 pub fn kubeconfig_still_valid(path: &Path) -> bool {

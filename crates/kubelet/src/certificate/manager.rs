@@ -68,8 +68,14 @@ impl ClientSlot {
 
 /// Parses a cert chain and key into what rustls serves.
 fn certified(ck: &CertKey) -> Result<CertifiedKey, CertError> {
+    pair(ck, "serving certificate")
+}
+
+/// `ck` as a key and the chain it certifies (upstream `tls.X509KeyPair`): the certs parse and the
+/// key is the first cert's. `what` names the pair in the error.
+pub fn pair(ck: &CertKey, what: &str) -> Result<CertifiedKey, CertError> {
     let invalid = |message: String| CertError::Invalid {
-        what: "serving certificate".into(),
+        what: what.into(),
         message,
     };
     let chain = CertificateDer::pem_slice_iter(ck.cert_pem.as_bytes())
@@ -144,13 +150,26 @@ pub struct Rotation {
     /// rather than the store keeps the two in step when start-up fell back to the kubeconfig.
     /// Serving: the cert to rotate when the store has none (None: request one at once).
     pub initial_cert_pem: Option<Vec<u8>>,
+    /// Renew at once rather than at 70-90% of the lifetime (upstream `forceRotation`): the client
+    /// started from a kubeconfig's embedded pair, which upstream treats as a bootstrap pair.
+    pub rotate_at_once: bool,
 }
+
+/// How many attempts a rotation asked for at once makes before waiting for the usual deadline:
+/// upstream's forced rotation runs under a 5-step backoff, and a cluster that approves no renewal
+/// then sees no more CSRs until the cert nears its end.
+const AT_ONCE_ATTEMPTS: u32 = 5;
 
 impl Rotation {
     pub async fn run(self, cancel: CancellationToken) {
         let mut retry = RETRY.retry();
         // The client's cert in use: the one it started with, then each one issued.
         let mut client_cert = self.initial_cert_pem.clone();
+        let mut at_once = if self.rotate_at_once {
+            AT_ONCE_ATTEMPTS
+        } else {
+            0
+        };
         loop {
             let current = match &self.kind {
                 Kind::Client { .. } => client_cert.clone(),
@@ -175,9 +194,11 @@ impl Rotation {
             }
             let deadline = current
                 .as_deref()
+                .filter(|_| at_once == 0)
                 .and_then(|pem| super::validity(pem, "current certificate").ok())
                 .map(|(nb, na)| super::rotation_deadline(nb, na, fastrand::f64()))
                 .unwrap_or_else(SystemTime::now);
+            at_once = at_once.saturating_sub(1);
             let wait = deadline
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO);
@@ -189,6 +210,7 @@ impl Rotation {
             match self.rotate(current.as_deref()).await {
                 Ok(issued) => {
                     retry.reset();
+                    at_once = 0;
                     client_cert = Some(issued);
                 }
                 Err(e) => {

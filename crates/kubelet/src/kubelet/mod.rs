@@ -147,7 +147,7 @@ async fn api_client(
         let cert_pem = bootstrap::kubeconfig_client_cert(kubeconfig).ok().flatten();
         Ok::<_, KubeletError>((kube_client(kubeconfig).await?, cert_pem))
     };
-    let (client, cert_pem) = match manager::client_from_store(
+    let ((client, cert_pem), rotate_at_once) = match manager::client_from_store(
         kubeconfig,
         &store,
         std::time::SystemTime::now(),
@@ -156,16 +156,21 @@ async fn api_client(
     {
         Ok(manager::StoredPair::Usable(client, cert_pem)) => {
             info!(cert = %cert.display(), "using the client certificate in the cert dir");
-            (client, Some(cert_pem))
+            ((client, Some(cert_pem)), false)
         }
-        Ok(manager::StoredPair::Absent) => from_kubeconfig().await?,
+        Ok(manager::StoredPair::Absent) => {
+            let client = from_kubeconfig().await?;
+            (client, store_embedded_pair(kubeconfig, &store)?)
+        }
         Ok(manager::StoredPair::Expired) => {
             warn!(cert = %cert.display(), kubeconfig = %kubeconfig.display(), "the cert dir's client certificate has expired; using the kubeconfig's");
-            from_kubeconfig().await?
+            let client = from_kubeconfig().await?;
+            (client, store_embedded_pair(kubeconfig, &store)?)
         }
+        // Left as it is for the operator to look at (upstream refuses to start on it).
         Err(e) => {
             warn!(error = %e, kubeconfig = %kubeconfig.display(), "cannot make a client with the cert dir's client certificate; using the kubeconfig's");
-            from_kubeconfig().await?
+            (from_kubeconfig().await?, false)
         }
     };
     let (client, slot) = manager::ClientSlot::new(client);
@@ -179,6 +184,7 @@ async fn api_client(
         client: client.clone(),
         node_name: cfg.node_name.clone(),
         initial_cert_pem: cert_pem,
+        rotate_at_once,
     };
     tasks.spawn(
         rotation
@@ -186,6 +192,42 @@ async fn api_client(
             .instrument(tracing::info_span!("client_cert_rotation")),
     );
     Ok(Some(client))
+}
+
+/// With rotation on and no usable pair in the cert dir, a kubeconfig that embeds its client pair
+/// (kubeadm init's first kubelet.conf) gives it to the cert dir, and the pair is renewed at once:
+/// upstream's client cert manager takes an embedded pair as its bootstrap pair
+/// (`getCurrentCertificateOrBootstrap`), stores it as `kubelet-client-current.pem` and forces a
+/// rotation. kubeadm's `kubelet-finalize` phase looks for that file to point kubelet.conf at it;
+/// without it the node kept the embedded cert, which nothing renews on disk. A pair given as files
+/// is used from them, as upstream's file store does. Returns whether to renew at once; an
+/// embedded pair that is not a key and its cert is an error, as upstream refuses to start on it.
+fn store_embedded_pair(
+    kubeconfig: &std::path::Path,
+    store: &crate::certificate::Store,
+) -> Result<bool, KubeletError> {
+    use crate::certificate::{bootstrap, manager};
+    let Some(ck) = bootstrap::kubeconfig_embedded_pair(kubeconfig)? else {
+        return Ok(false);
+    };
+    manager::pair(
+        &ck,
+        &format!(
+            "the client certificate embedded in {}",
+            kubeconfig.display()
+        ),
+    )?;
+    // A failed write leaves the kubelet on the kubeconfig's pair, and the rotation stores the
+    // issued one (upstream logs the failed update and goes on too).
+    match store.update(&ck) {
+        Ok(path) => {
+            info!(cert = %path.display(), kubeconfig = %kubeconfig.display(), "stored the kubeconfig's embedded client certificate in the cert dir; renewing it at once")
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot store the kubeconfig's embedded client certificate; renewing it at once")
+        }
+    }
+    Ok(true)
 }
 
 /// What the kubelet runs against besides its configuration: the container runtime, and

@@ -700,6 +700,7 @@ impl Wiring<'_> {
                     client: c.clone(),
                     node_name: cfg.node_name.clone(),
                     initial_cert_pem: None,
+                    rotate_at_once: false,
                 };
                 self.spawn(
                     tracing::info_span!("serving_cert_rotation"),
