@@ -485,9 +485,6 @@ async fn server_tls_bootstrap_serves_cluster_signed_cert() {
     });
 }
 
-/// Upstream's fallback: a node cut off from the apiserver past its cert's expiry can no longer
-/// ask as itself, so it asks with the bootstrap token again, and rejoins without a restart.
-/// Same 150 s certs as above; the apiserver is down from the first issuance until after expiry.
 /// kubeadm init's first kubelet.conf embeds the node's client pair as data. With rotation on,
 /// upstream's client cert manager takes that pair as its bootstrap pair: it stores it as
 /// `kubelet-client-current.pem` (the file kubeadm's kubelet-finalize phase then points
@@ -515,14 +512,27 @@ async fn embedded_client_pair_is_stored_and_renewed_at_once() {
         })
         .expect("the node kubeconfig embeds its client cert");
     let cert_dir = env.dir.join("pki");
+    // As in kubeadm init, the kubelet starts before the API server answers: the renewal keeps
+    // trying past upstream's 5 backoff steps (its forced rotation then polls every 32 s).
+    cp.stop_apiserver();
     env.start_kubelet_with(&[
         &format!("--kubeconfig={}", kubeconfig.display()),
         &format!("--cert-dir={}", cert_dir.display()),
         "--node-ip=127.0.0.1",
         "--rotate-certificates",
     ]);
-    wait_ready(&cp, &env.node);
     let current = cert_dir.join("kubelet-client-current.pem");
+    wait_until(
+        Duration::from_secs(90),
+        "a 6th renewal attempt while the API server is down",
+        || {
+            let log = env.kubelet_log();
+            (log.matches("certificate rotation failed").count() >= 6).then_some(())
+        },
+    );
+    assert!(current.exists(), "the embedded pair is stored at start");
+    cp.start_apiserver();
+    wait_ready(&cp, &env.node);
     let cert_of = |pem: &[u8]| {
         let text = String::from_utf8_lossy(pem).to_string();
         let end = "-----END CERTIFICATE-----";
@@ -534,7 +544,7 @@ async fn embedded_client_pair_is_stored_and_renewed_at_once() {
     // The embedded pair was stored first (the log says so; the issued pair's file may have the
     // same second in its name and replace it), then the issued one.
     wait_until(
-        Duration::from_secs(90),
+        Duration::from_secs(120),
         "the embedded pair renewed in the cert dir",
         || {
             let now = std::fs::read(&current).ok()?;
@@ -576,6 +586,9 @@ async fn embedded_client_pair_is_stored_and_renewed_at_once() {
     );
 }
 
+/// Upstream's fallback: a node cut off from the apiserver past its cert's expiry can no longer
+/// ask as itself, so it asks with the bootstrap token again, and rejoins without a restart.
+/// Same 150 s certs as above; the apiserver is down from the first issuance until after expiry.
 #[tokio::test]
 async fn expired_client_cert_is_renewed_with_bootstrap_credentials() {
     let cp = ControlPlane::up("boot4");

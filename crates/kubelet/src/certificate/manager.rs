@@ -86,8 +86,10 @@ pub fn pair(ck: &CertKey, what: &str) -> Result<CertifiedKey, CertError> {
     }
     let key =
         PrivateKeyDer::from_pem_slice(ck.key_pem.as_bytes()).map_err(|e| invalid(e.to_string()))?;
-    CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
-        .map_err(|e| invalid(e.to_string()))
+    // Not rustls' own check: it parses with webpki, which refuses version 1 certs that Go's
+    // X509KeyPair (and the kubeconfig client built from the same pair) accept.
+    super::tls_verify::certified_key(chain, key, &rustls::crypto::ring::default_provider())
+        .map_err(invalid)
 }
 
 /// The serving cert of the 10250 server, replaceable while it runs. Until the first cert is issued
@@ -152,24 +154,19 @@ pub struct Rotation {
     pub initial_cert_pem: Option<Vec<u8>>,
     /// Renew at once rather than at 70-90% of the lifetime (upstream `forceRotation`): the client
     /// started from a kubeconfig's embedded pair, which upstream treats as a bootstrap pair.
+    /// It retries until a cert is issued, never falling back to the deadline: upstream's forced
+    /// rotation runs 5 backoff steps, then polls every 32 s (`wait.PollInfinite`) until it
+    /// succeeds. Here [`RETRY`]'s backoff spaces the attempts (1 s doubling to a minute); kubeadm
+    /// init starts the kubelet before the API server is up, so the first attempts fail.
     pub rotate_at_once: bool,
 }
-
-/// How many attempts a rotation asked for at once makes before waiting for the usual deadline:
-/// upstream's forced rotation runs under a 5-step backoff, and a cluster that approves no renewal
-/// then sees no more CSRs until the cert nears its end.
-const AT_ONCE_ATTEMPTS: u32 = 5;
 
 impl Rotation {
     pub async fn run(self, cancel: CancellationToken) {
         let mut retry = RETRY.retry();
         // The client's cert in use: the one it started with, then each one issued.
         let mut client_cert = self.initial_cert_pem.clone();
-        let mut at_once = if self.rotate_at_once {
-            AT_ONCE_ATTEMPTS
-        } else {
-            0
-        };
+        let mut at_once = self.rotate_at_once;
         loop {
             let current = match &self.kind {
                 Kind::Client { .. } => client_cert.clone(),
@@ -194,11 +191,10 @@ impl Rotation {
             }
             let deadline = current
                 .as_deref()
-                .filter(|_| at_once == 0)
+                .filter(|_| !at_once)
                 .and_then(|pem| super::validity(pem, "current certificate").ok())
                 .map(|(nb, na)| super::rotation_deadline(nb, na, fastrand::f64()))
                 .unwrap_or_else(SystemTime::now);
-            at_once = at_once.saturating_sub(1);
             let wait = deadline
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO);
@@ -210,7 +206,7 @@ impl Rotation {
             match self.rotate(current.as_deref()).await {
                 Ok(issued) => {
                     retry.reset();
-                    at_once = 0;
+                    at_once = false;
                     client_cert = Some(issued);
                 }
                 Err(e) => {

@@ -148,7 +148,12 @@ impl Store {
         text.push('\n');
         text.push_str(ck.key_pem.trim_end());
         text.push('\n');
-        write_private(&file, text.as_bytes()).map_err(io_err(&file))?;
+        // Written aside and renamed in: two pairs stored within one second (a kubeconfig's
+        // embedded pair, then the one issued for it) share the name, and the current link may
+        // already point at it, so a reader never sees a half-written file.
+        let part = self.dir.join(format!("{}-{stamp}.pem.part", self.pair));
+        write_private(&part, text.as_bytes()).map_err(io_err(&part))?;
+        std::fs::rename(&part, &file).map_err(io_err(&file))?;
         let tmp = self.dir.join(format!("{}-updated.pem", self.pair));
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&file, &tmp).map_err(io_err(&tmp))?;
