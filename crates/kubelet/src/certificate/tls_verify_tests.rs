@@ -113,9 +113,7 @@ fn embedded_pair_check_accepts_v1_and_names_a_mismatch() {
         cert_pem: read("node.crt"),
         key_pem: read("other.key"),
     };
-    let e = manager::pair(&mismatched, "the embedded pair")
-        .err()
-        .expect("a key of another cert");
+    let e = manager::pair(&mismatched, "the embedded pair").expect_err("a key of another cert");
     let e = e.to_string();
     assert!(
         e.contains("the embedded pair") && e.contains("does not belong"),
