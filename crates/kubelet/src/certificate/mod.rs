@@ -47,10 +47,20 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CertError {
 }
 
 /// A cert chain and its key, both PEM, as one `kubelet-*-current.pem` file holds them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct CertKey {
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+/// The key never reaches a log or a panic message through `{:?}`.
+impl std::fmt::Debug for CertKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertKey")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
 }
 
 /// notBefore and notAfter of the first (leaf) certificate in `pem`.

@@ -109,6 +109,12 @@ fn embedded_pair_check_accepts_v1_and_names_a_mismatch() {
         key_pem: read("node.key"),
     };
     assert!(manager::pair(&ok, "the embedded pair").is_ok());
+    // The key stays out of `{:?}` (a panic message, a debug log).
+    let shown = format!("{ok:?}");
+    assert!(
+        shown.contains("CERTIFICATE") && !shown.contains("PRIVATE KEY"),
+        "{shown}"
+    );
     let mismatched = CertKey {
         cert_pem: read("node.crt"),
         key_pem: read("other.key"),
