@@ -22,6 +22,8 @@
 #   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events),
 #      their mirror pods watched on the apiserver;
 #   4. rkubelet, API pods: N pods POSTed (one client, as fast as it goes), watched on the apiserver.
+# After each N's rounds, bench/critical_path.py splits every pod's start and delete into the time
+# inside the runtime's CRI calls (containerd's log) and the caller's own time between them.
 # Same image (rkubelet.local/busybox:1.35, already imported), same command, grace 5 s.
 # "started" is rkubelet's `"started container"` log line (the moment the floor's StartContainer
 # returns); "Running" is the pod seen Running+Ready where an operator looks.
@@ -160,6 +162,10 @@ EOF
         rm -rf "$CD/floor-root"
     done
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
+    # Per pod, all rounds: rkubelet's own time between its CRI calls against the runtime's time
+    # inside them (a split the machine's drift in containerd's speed does not blur).
+    python3 "$REPO_ROOT/bench/critical_path.py" "$CD/log/containerd.log" \
+        "standalone=$logf.standalone" "node=$logf" || log "critical_path.py failed; figures above stand"
     cleanup
 }
 
