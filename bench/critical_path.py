@@ -111,6 +111,10 @@ def first_in(times, lo, hi):
     return next((t for t in sorted(times) if lo <= t <= hi), None)
 
 
+def last_in(times, lo, hi):
+    return next((t for t in sorted(times, reverse=True) if lo <= t <= hi), None)
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
@@ -140,7 +144,7 @@ def main():
         k, seen = None, None
         for label, marks in logs:
             m = marks.get(name)
-            t = first_in(m["seen"], s["run"] - 60, s["run"]) if m else None
+            t = last_in(m["seen"], s["run"] - 60, s["run"]) if m else None
             if t is not None and (seen is None or t > seen):
                 k, seen, kind_label = m, t, label
         if k is not None:
