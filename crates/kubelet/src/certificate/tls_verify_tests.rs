@@ -91,38 +91,3 @@ fn certified_key_refuses_a_key_of_another_certificate() {
     let e = tls_verify::certified_key(vec![der(d, "a")], key, &provider()).unwrap_err();
     assert!(e.contains("does not belong"), "{e}");
 }
-
-/// A kubeconfig's embedded pair is checked as Go's `tls.X509KeyPair` checks it: a version 1
-/// client cert (hand-built clusters sign with plain `openssl x509 -req`) is a pair, a key of
-/// another cert is an error that names the pair.
-#[test]
-fn embedded_pair_check_accepts_v1_and_names_a_mismatch() {
-    use crate::certificate::{manager, CertKey};
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    v1_root(d, "ca", Key::Rsa);
-    sign(d, "node", "ca", Key::Ec, None, false);
-    sign(d, "other", "ca", Key::Ec, None, false);
-    let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap();
-    let ok = CertKey {
-        cert_pem: read("node.crt"),
-        key_pem: read("node.key"),
-    };
-    assert!(manager::pair(&ok, "the embedded pair").is_ok());
-    // The key stays out of `{:?}` (a panic message, a debug log).
-    let shown = format!("{ok:?}");
-    assert!(
-        shown.contains("CERTIFICATE") && !shown.contains("PRIVATE KEY"),
-        "{shown}"
-    );
-    let mismatched = CertKey {
-        cert_pem: read("node.crt"),
-        key_pem: read("other.key"),
-    };
-    let e = manager::pair(&mismatched, "the embedded pair").expect_err("a key of another cert");
-    let e = e.to_string();
-    assert!(
-        e.contains("the embedded pair") && e.contains("does not belong"),
-        "{e}"
-    );
-}
