@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
-use kube::config::{Kubeconfig, NamedAuthInfo, NamedCluster};
+use kube::config::{AuthInfo, Kubeconfig, NamedAuthInfo, NamedCluster};
 use tracing::info;
 
 use super::csr::{self, Request};
@@ -55,19 +55,28 @@ fn current(
     Ok((cluster, user))
 }
 
+/// The credentials of a kubeconfig's current user, if it has any.
+fn current_auth(path: &Path) -> Result<Option<AuthInfo>, CertError> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| kc_err(path)(e.to_string()))?;
+    let (_, user) = current(&kc, path)?;
+    Ok(user.and_then(|u| u.auth_info))
+}
+
+/// A kubeconfig's base64 `*-data` field, decoded; `what` names the field in the error.
+fn decode_data(path: &Path, what: &str, data: &str) -> Result<Vec<u8>, CertError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| kc_err(path)(format!("{what}: {e}")))
+}
+
 /// The client cert (PEM) a kubeconfig's current user presents, if any.
 pub fn kubeconfig_client_cert(path: &Path) -> Result<Option<Vec<u8>>, CertError> {
     let err = kc_err(path);
-    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let (_, user) = current(&kc, path)?;
-    let Some(auth) = user.and_then(|u| u.auth_info) else {
+    let Some(auth) = current_auth(path)? else {
         return Ok(None);
     };
     if let Some(data) = &auth.client_certificate_data {
-        return base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map(Some)
-            .map_err(|e| err(format!("client-certificate-data: {e}")));
+        return decode_data(path, "client-certificate-data", data).map(Some);
     }
     match &auth.client_certificate {
         Some(file) => std::fs::read(file)
@@ -81,20 +90,15 @@ pub fn kubeconfig_client_cert(path: &Path) -> Result<Option<Vec<u8>>, CertError>
 /// init's first kubelet.conf). Upstream's client cert manager takes such a pair as its bootstrap
 /// pair (`certConfig.CertData`/`KeyData`); a pair given as files is read from them instead.
 pub fn kubeconfig_embedded_pair(path: &Path) -> Result<Option<CertKey>, CertError> {
-    let err = kc_err(path);
-    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let (_, user) = current(&kc, path)?;
-    let Some(auth) = user.and_then(|u| u.auth_info) else {
+    let Some(auth) = current_auth(path)? else {
         return Ok(None);
     };
     let (Some(cert), Some(key)) = (&auth.client_certificate_data, &auth.client_key_data) else {
         return Ok(None);
     };
     let decode = |what: &str, data: &str| {
-        base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| err(format!("{what}: {e}")))
-            .and_then(|b| String::from_utf8(b).map_err(|_| err(format!("{what}: not UTF-8 PEM"))))
+        String::from_utf8(decode_data(path, what, data)?)
+            .map_err(|_| kc_err(path)(format!("{what}: not UTF-8 PEM")))
     };
     use secrecy::ExposeSecret;
     Ok(Some(CertKey {

@@ -158,12 +158,10 @@ async fn api_client(
             info!(cert = %cert.display(), "using the client certificate in the cert dir");
             ((client, Some(cert_pem)), false)
         }
-        Ok(manager::StoredPair::Absent) => {
-            let client = from_kubeconfig().await?;
-            (client, store_embedded_pair(kubeconfig, &store)?)
-        }
-        Ok(manager::StoredPair::Expired) => {
-            warn!(cert = %cert.display(), kubeconfig = %kubeconfig.display(), "the cert dir's client certificate has expired; using the kubeconfig's");
+        Ok(stored @ (manager::StoredPair::Absent | manager::StoredPair::Expired)) => {
+            if matches!(stored, manager::StoredPair::Expired) {
+                warn!(cert = %cert.display(), kubeconfig = %kubeconfig.display(), "the cert dir's client certificate has expired; using the kubeconfig's");
+            }
             let client = from_kubeconfig().await?;
             (client, store_embedded_pair(kubeconfig, &store)?)
         }
