@@ -26,6 +26,20 @@ fn wait_ready(cp: &ControlPlane, node: &str) -> Value {
     })
 }
 
+/// The node's Lease, if it exists yet.
+fn lease(cp: &ControlPlane, node: &str) -> Option<Value> {
+    cp.get_json(&["lease", "-n", "kube-node-lease", node])
+}
+
+/// Waits until the node's Lease was renewed since `before` (the kubelet reaches the API server
+/// with whatever client cert the test is about).
+fn wait_lease_renewed(cp: &ControlPlane, node: &str, before: &Value, within: Duration, what: &str) {
+    wait_until(within, what, || {
+        let l = lease(cp, node)?;
+        (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
+    });
+}
+
 /// `openssl x509 -noout ARGS` on a PEM file (its first certificate).
 fn x509(pem: &Path, args: &[&str]) -> String {
     let out = Command::new("openssl")
@@ -201,16 +215,13 @@ async fn bootstrap_join_from_token_alone() {
         &format!("--cert-dir={}", cert_dir.display()),
         "--node-ip=127.0.0.1",
     ]);
-    let before = cp
-        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
-        .unwrap();
-    wait_until(
+    let before = lease(&cp, &env.node).unwrap();
+    wait_lease_renewed(
+        &cp,
+        &env.node,
+        &before,
         Duration::from_secs(30),
         "lease renewed after restart",
-        || {
-            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
-            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
-        },
     );
     assert_eq!(csrs(&cp).len(), 1, "no second CSR after restart");
     assert_eq!(issued(&cert_dir, "kubelet-client").len(), 1);
@@ -277,16 +288,13 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
     while now() < first_expiry + 5 {
         std::thread::sleep(Duration::from_secs(1));
     }
-    let before = cp
-        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
-        .unwrap();
-    wait_until(
+    let before = lease(&cp, &env.node).unwrap();
+    wait_lease_renewed(
+        &cp,
+        &env.node,
+        &before,
         Duration::from_secs(30),
         "lease renewed after old cert expired",
-        || {
-            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
-            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
-        },
     );
     wait_ready(&cp, &env.node);
     let log = env.kubelet_log();
@@ -336,22 +344,19 @@ async fn short_lived_client_cert_is_rotated_while_pod_runs() {
     assert!(embedded.contains("client-key-data"), "{written}");
     let embedded_path = env.dir.join("kubelet-embedded.conf");
     std::fs::write(&embedded_path, embedded).unwrap();
-    let before = cp
-        .get_json(&["lease", "-n", "kube-node-lease", &env.node])
-        .unwrap();
+    let before = lease(&cp, &env.node).unwrap();
     env.start_kubelet_with(&[
         &format!("--kubeconfig={}", embedded_path.display()),
         &format!("--cert-dir={}", cert_dir.display()),
         "--node-ip=127.0.0.1",
         "--rotate-certificates",
     ]);
-    wait_until(
+    wait_lease_renewed(
+        &cp,
+        &env.node,
+        &before,
         Duration::from_secs(60),
         "lease renewed after a restart with an expired embedded cert",
-        || {
-            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
-            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
-        },
     );
     let log = env.last_kubelet_log();
     assert!(
@@ -574,15 +579,14 @@ async fn embedded_client_pair_is_stored_and_renewed_at_once() {
     // The kubeconfig is the operator's (kubeadm's): the kubelet leaves it as it was.
     assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), text);
     let before = wait_until(Duration::from_secs(30), "the node's lease readable", || {
-        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        lease(&cp, &env.node)
     });
-    wait_until(
+    wait_lease_renewed(
+        &cp,
+        &env.node,
+        &before,
         Duration::from_secs(30),
         "lease renewed with the issued cert",
-        || {
-            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
-            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
-        },
     );
 }
 
@@ -643,15 +647,14 @@ async fn expired_client_cert_is_renewed_with_bootstrap_credentials() {
     // log showed the Lease written, 0.3 s after the new cert was swapped in. The claim is the
     // renewal below.
     let before = wait_until(Duration::from_secs(30), "the node's lease readable", || {
-        cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])
+        lease(&cp, &env.node)
     });
-    wait_until(
+    wait_lease_renewed(
+        &cp,
+        &env.node,
+        &before,
         Duration::from_secs(30),
         "lease renewed with the new cert",
-        || {
-            let l = cp.get_json(&["lease", "-n", "kube-node-lease", &env.node])?;
-            (l["spec"]["renewTime"] != before["spec"]["renewTime"]).then_some(())
-        },
     );
     wait_ready(&cp, &env.node);
 }
