@@ -38,6 +38,11 @@ def secs(hms):
     return datetime.strptime(hms[:15], "%H:%M:%S.%f").timestamp()
 
 
+# Every call a pod's sequence must show, request and return, to be split.
+CALLS = ("run", "run_ret", "create", "create_ret", "start", "start_ret",
+         "stopc", "stopc_ret", "stopsb", "stopsb_ret", "remove", "remove_ret")
+
+
 def runtime_calls(path):
     """Per sandbox: its pod name and the moments of each call; per container: its sandbox."""
     sb = defaultdict(dict)  # sandbox id -> {"name", "run", "run_ret", "stop", ...}
@@ -132,45 +137,44 @@ def main():
     skipped = defaultdict(int)
     for s in sb.values():
         name = s.get("name")
-        need = ("run", "run_ret", "create", "create_ret", "start", "start_ret",
-                "stopc", "stopc_ret", "stopsb", "stopsb_ret", "remove", "remove_ret")
         if name is None:
             continue
-        kind = re.sub(r"\d{3}", "N", name)
-        if not all(k in s for k in need):
+        kind = pattern = re.sub(r"\d{3}", "N", name)
+        if not all(k in s for k in CALLS):
             skipped[kind] += 1
             continue
-        # The log that saw this pod last before its sandbox was asked for.
-        k, seen = None, None
-        for label, marks in logs:
-            m = marks.get(name)
+        # The log that saw this pod last before its sandbox was asked for, and its marks.
+        marks, seen = None, None
+        for label, by_name in logs:
+            m = by_name.get(name)
             t = last_in(m["seen"], s["run"] - 60, s["run"]) if m else None
             if t is not None and (seen is None or t > seen):
-                k, seen, kind_label = m, t, label
-        if k is not None:
-            kind = f"{kind} ({kind_label})"
+                marks, seen, kind = m, t, f"{pattern} ({label})"
+        gaps = {
+            "sandbox->CreateContainer": s["create"] - s["run_ret"],
+            "StopContainer->StopPodSandbox": s["stopsb"] - s["stopc_ret"],
+            "StopPodSandbox->RemovePodSandbox": s["remove"] - s["stopsb_ret"],
+        }
+        between_start = gaps["sandbox->CreateContainer"] + (s["start"] - s["create_ret"])
+        between_delete = gaps["StopContainer->StopPodSandbox"] + gaps["StopPodSandbox->RemovePodSandbox"]
+        if marks is not None and not name.startswith("floor-"):
+            term = first_in(marks["term"], s["start_ret"], s["stopc"])
+            clean = first_in(marks["clean"], s["remove_ret"], s["remove_ret"] + 60)
+            if None in (term, clean):
+                skipped[kind] += 1
+                continue
+            gaps["seen->RunPodSandbox"] = s["run"] - seen
+            gaps["terminating->StopContainer"] = s["stopc"] - term
+            gaps["RemovePodSandbox->cleaned"] = clean - s["remove_ret"]
+            between_start += gaps["seen->RunPodSandbox"]
+            between_delete += gaps["terminating->StopContainer"] + gaps["RemovePodSandbox->cleaned"]
         g = rows[kind]
+        for key, v in gaps.items():
+            g[key].append(v)
         g["runtime start"].append((s["run_ret"] - s["run"]) + (s["create_ret"] - s["create"])
                                   + (s["start_ret"] - s["start"]))
         g["runtime delete"].append((s["stopc_ret"] - s["stopc"]) + (s["stopsb_ret"] - s["stopsb"])
                                    + (s["remove_ret"] - s["remove"]))
-        between_start = (s["create"] - s["run_ret"]) + (s["start"] - s["create_ret"])
-        between_delete = (s["stopsb"] - s["stopc_ret"]) + (s["remove"] - s["stopsb_ret"])
-        if k is not None and not name.startswith("floor-"):
-            term = first_in(k["term"], s["start_ret"], s["stopc"])
-            clean = first_in(k["clean"], s["remove_ret"], s["remove_ret"] + 60)
-            if None in (term, clean):
-                skipped[kind] += 1
-                del g["runtime start"][-1], g["runtime delete"][-1]
-                continue
-            g["seen->RunPodSandbox"].append(s["run"] - seen)
-            between_start += s["run"] - seen
-            g["terminating->StopContainer"].append(s["stopc"] - term)
-            g["RemovePodSandbox->cleaned"].append(clean - s["remove_ret"])
-            between_delete += (s["stopc"] - term) + (clean - s["remove_ret"])
-        g["sandbox->CreateContainer"].append(s["create"] - s["run_ret"])
-        g["StopContainer->StopPodSandbox"].append(s["stopsb"] - s["stopc_ret"])
-        g["StopPodSandbox->RemovePodSandbox"].append(s["remove"] - s["stopsb_ret"])
         g["caller start"].append(between_start)
         g["caller delete"].append(between_delete)
 
