@@ -128,13 +128,16 @@ cmd_run() {
     } >"$job/cmd.sh"
     local accel="${RK_VM_ACCEL:-tcg}"
     [[ "$accel" != tcg ]] || accel="tcg,thread=multi"
+    # loglevel=5: warnings reach the console, among them the stacks a soft lockup prints (shown at
+    # the default level 4), with every CPU's stack (softlockup_all_cpu_backtrace): stop 43's CI
+    # hung in the guest with only "soft lockup ... [tokio-rt-worker]" lines and no stack to read.
     rc=0
     timeout --kill-after=10 "${RK_VM_TIMEOUT:-1200}" qemu-system-x86_64 \
         -accel "$accel" -cpu "${RK_VM_CPU:-qemu64}" -smp "$(nproc)" -m "${RK_VM_MEM:-4096}" \
         -bios /usr/share/qemu/qboot.rom -display none -monitor none -serial stdio \
         -no-reboot -nic none \
         -kernel "$cur/vmlinuz" -initrd "$cur/initrd.gz" \
-        -append "console=ttyS0 quiet loglevel=3 panic=-1 rk.init=$HACK_DIR/vm/guest-init.sh rk.job=$job rk.modules=$(realpath "$cur/root")" \
+        -append "console=ttyS0 quiet loglevel=5 softlockup_all_cpu_backtrace=1 panic=-1 rk.init=$HACK_DIR/vm/guest-init.sh rk.job=$job rk.modules=$(realpath "$cur/root")" \
         -virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,multidevs=remap </dev/null || rc=$?
     if [[ ! -s "$job/rc" ]]; then
         log "the guest reported no exit status (qemu exit $rc)"

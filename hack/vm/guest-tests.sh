@@ -40,6 +40,7 @@ while IFS=$'\t' read -r id exe dir skip; do
     args=()
     for t in $skip; do args+=(--skip "$t"); done
     start=$SECONDS
+    echo "guest: $id: started at $(date +%T) (uptime $(cut -d' ' -f1 /proc/uptime)s)"
     (cd "$dir" && exec timeout --kill-after=10 "${RK_GUEST_BINARY_TIMEOUT:-1200}" "$exe" "${args[@]}") \
         >"$out/$n.out" 2>&1 </dev/null
     rc=$?
