@@ -11,7 +11,9 @@
 #                                 once into $RK_CACHE/vm/
 #   hack/vm.sh run DIR CMD [ARG]  boot, run CMD in DIR as root with this environment's RK_* and
 #                                 RUST_* variables and PATH; exit with CMD's status (125: the
-#                                 guest never reported one: boot failure, crash or timeout)
+#                                 guest never reported one: boot failure, crash or timeout;
+#                                 123: a CPU of the guest locked up and it was stopped, see
+#                                 watch_console)
 #
 # RK_VM_ACCEL (default tcg): qemu's accelerator. This host's /dev/kvm is nested and never gets
 # past the kernel's decompression, so the default is TCG (about 8x slower than native here).
@@ -94,6 +96,23 @@ prune_kernels() {
     done
 }
 
+# watch_console JOB: copies the guest's console to stdout and stops the guest (qemu's pid in
+# JOB/qemu.pid) once its kernel says a CPU has been stuck for RK_VM_LOCKUP_LIMIT seconds
+# (default 120), recording why in JOB/locked-up. The kernel repeats "soft lockup - CPU#N stuck
+# for Ks!" while a CPU stays stuck in it; a CPU stuck that long under TCG never comes back (seen
+# from a cold cache: 290 s and more, in the guest's first binary, with no test progressing), and
+# without this the guest would hold CI until its whole timeout ran out.
+watch_console() {
+    local job="$1" limit="${RK_VM_LOCKUP_LIMIT:-120}" line re='soft lockup - (CPU#[0-9]+) stuck for ([0-9]+)s'
+    while IFS= read -r line; do
+        printf '%s\n' "$line"
+        if [[ ! -e "$job/locked-up" && "$line" =~ $re ]] && ((BASH_REMATCH[2] >= limit)); then
+            echo "its kernel reports ${BASH_REMATCH[1]} stuck for ${BASH_REMATCH[2]}s (limit ${limit}s, RK_VM_LOCKUP_LIMIT)" >"$job/locked-up"
+            kill "$(cat "$job/qemu.pid" 2>/dev/null)" 2>/dev/null || true
+        fi
+    done
+}
+
 cmd_run() {
     need_root
     need_cmd qemu-system-x86_64 timeout
@@ -135,10 +154,15 @@ cmd_run() {
     timeout --kill-after=10 "${RK_VM_TIMEOUT:-1200}" qemu-system-x86_64 \
         -accel "$accel" -cpu "${RK_VM_CPU:-qemu64}" -smp "$(nproc)" -m "${RK_VM_MEM:-4096}" \
         -bios /usr/share/qemu/qboot.rom -display none -monitor none -serial stdio \
-        -no-reboot -nic none \
+        -no-reboot -nic none -pidfile "$job/qemu.pid" \
         -kernel "$cur/vmlinuz" -initrd "$cur/initrd.gz" \
         -append "console=ttyS0 quiet loglevel=5 softlockup_all_cpu_backtrace=1 panic=-1 rk.init=$HACK_DIR/vm/guest-init.sh rk.job=$job rk.modules=$(realpath "$cur/root")" \
-        -virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,multidevs=remap </dev/null || rc=$?
+        -virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,multidevs=remap </dev/null |
+        watch_console "$job" || rc=$?
+    if [[ -e "$job/locked-up" ]]; then
+        log "stopped the guest: $(cat "$job/locked-up")"
+        exit 123
+    fi
     if [[ ! -s "$job/rc" ]]; then
         log "the guest reported no exit status (qemu exit $rc)"
         exit 125
