@@ -10,8 +10,9 @@ REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 RK_CACHE="${RK_CACHE:-${HOME:-/root}/.cache/rkubelet}"
 
 # All diagnostics go to stderr so stdout stays machine-readable.
+# Each line carries the UTC time: CI's log then says when each step began and how long it took.
 log() {
-    printf '[%s] %s\n' "$(basename "$0")" "$*" >&2
+    printf '[%s %s] %s\n' "$(basename "$0")" "$(date -u +%T)" "$*" >&2
 }
 
 die() {

@@ -13,10 +13,6 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_cmd cargo jq
-# This script's lines carry the time: CI's log then says how long each phase took.
-log() {
-    printf '[%s %s] %s\n' "$(basename "$0")" "$(date -u +%T)" "$*" >&2
-}
 
 LANES="${1:-2}"
 [[ "$LANES" =~ ^[1-9]$ ]] || die "LANES must be 1..9, got '$LANES'"
