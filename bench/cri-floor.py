@@ -378,7 +378,8 @@ def summary(results):
     print("\n=== summary: seconds from submission, median over rounds; ratio = rkubelet / floor ===")
     print("  floor+cg: the floor with each pod in its own pod cgroup (the sandbox's cgroup parent);"
           " floor+sh(ape): and with the configs rkubelet sends;\n  floor+ap(i): and making the"
-          " API requests a node makes for them (mirror, status, events; node credentials)")
+          " API requests a node makes for them (mirror, status, events; node credentials);\n"
+          "  floor+us(er): the same for API pods a user POSTs and DELETEs one at a time (no mirror)")
     print("  standalone: static pods, rkubelet without an API server; static: the same as a node")
     print("     N kind     rounds |  p50   p99   all  | started: p50  p99   all  | ratio started: p50  p99   all"
           " | ratio Running: p50  p99   all | vs floor+cg started: p50  all | vs floor+shape: p50  all | gone")
@@ -433,19 +434,22 @@ def summary(results):
     for n, kind, k, base, gone in gone_rows:
         print(f"  {n:4d} {kind[:8]:8s} {k:4d}   | vs {base}: {f(median(gone))} | each round: {each(gone)}")
     # The node's phases against the floor that makes the node's API requests too: what rkubelet
-    # adds over the runtime plus the API server work any kubelet asks for.
-    print("\n=== the node's phases, paired against floor+api (the runtime and a node's API requests,"
-          " no kubelet) ===")
-    print("     N kind     rounds | start p50   all | delete | each round: start p50; delete")
+    # adds over the runtime plus the API server work any kubelet asks for. API pods go against
+    # floor+user when the run has it: their windows also hold the user's POSTs and DELETEs, one
+    # at a time, and each pod's work waits for its own; static pods have neither.
+    print("\n=== the node's phases, paired against floor+api (static pods) and floor+user (API pods):"
+          " the runtime and a node's API requests, no kubelet ===")
+    print("     N kind     rounds | start p50   all | delete | each round: start p50; delete | floor")
     for (n, kind), rs in groups.items():
-        fa = groups.get((n, "floor+api"), [])
+        base = "floor+user" if kind == "API" and (n, "floor+user") in groups else "floor+api"
+        fa = groups.get((n, base), [])
         if kind.startswith("floor") or kind == "standalone" or len(fa) != len(rs):
             continue
         pair = lambda key, base_key: [r.get(key) / b.get(base_key) for r, b in zip(rs, fa)
                                       if r.get(key) is not None and b.get(base_key)]
         s50, sall, gone = pair("s50", "p50"), pair("sall", "all"), pair("gone", "gone")
         print(f"  {n:4d} {kind[:8]:8s} {len(rs):4d}   |    {f(median(s50))} {f(median(sall))} |"
-              f"  {f(median(gone))} | {each(s50)}; {each(gone)}")
+              f"  {f(median(gone))} | {each(s50)}; {each(gone)} | {base}")
     cpu_table("CPU seconds from submission to all running (median over rounds): the machine's busy time"
               " and who spent it;\n  'rest' is what no long-lived process is charged with (runc, CNI plugins,"
               " the floor's own client)", rows, "")

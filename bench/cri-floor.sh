@@ -16,7 +16,10 @@
 #      making beside it, with the node's credentials, the API requests a node makes for static pods
 #      (`--api`: mirror pods, status patches, events): "floor+api", what the node's phases pay
 #      for the API server and etcd on the same cores with no kubelet's own work (run last in each
-#      round: the mirrors' owner is the Node the node's phase registers);
+#      round: the mirrors' owner is the Node the node's phase registers); then again with the
+#      pods as API pods that a user (admin credentials) POSTs and DELETEs one after another, as
+#      the API phase's client does, each pod's runtime work waiting for its request's answer
+#      (`--user`): "floor+user", the floor of the API phase, whose windows hold those requests;
 #   2. rkubelet standalone (no --kubeconfig, no API server work on the same cores), static pods:
 #      N manifests renamed into staticPodPath at once, polled on /pods;
 #   3. rkubelet as a node of the control plane, the same static pods (mirror pods, status, events),
@@ -154,10 +157,15 @@ EOF
         RKUBELET_PID=$CUR_PID BENCH_APISERVER=$url BENCH_PKI=$CP/pki python3 "$PY" api "$n" "$url" "$CP/pki" "$NODE_NAME" "$sock" "$logf" "$RESULTS" "$port"
         stop_rkubelet
 
-        # floor+api last: its mirror pods need the Node object (owner reference), which the
-        # node's phase registered.
+        # floor+api and floor+user last: the mirror pods need the Node object (owner
+        # reference), which the node's phase registered.
         "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
             --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root" --api "$kc" --node "$NODE_NAME"
+        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
+        rm -rf "$CD/floor-root"
+        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
+            --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root" --api "$kc" --node "$NODE_NAME" \
+            --user "$CP/admin.kubeconfig"
         remove_cgroup_root "$FLOOR_CGROUP_ROOT"
         rm -rf "$CD/floor-root"
     done

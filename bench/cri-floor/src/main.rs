@@ -17,11 +17,16 @@
 //!
 //! With `--api KUBECONFIG` (and the shape) the floor also makes the API requests a kubelet node
 //! makes for these pods, as the node whose credentials KUBECONFIG holds (`--node`): see `node_api`.
+//! With `--user KUBECONFIG` too the pods are API pods that a user creates and deletes with those
+//! credentials, one request after another ("floor+user"): each pod's start waits for its POST,
+//! and its teardown for its DELETE; its start is timed from its POST, as the API phase times
+//! each pod from its own.
 //!
 //! ```text
 //! cri-floor --endpoint unix:///run/containerd.sock --pods 30 --logs-dir /tmp/x/pod-logs \
 //!           [--image rkubelet.local/busybox:1.35] [--grace 5] [--json results.jsonl] [--keep]
-//!           [--pod-cgroups /floor-root [--kubelet-shape ROOT_DIR [--api KUBECONFIG --node NAME]]]
+//!           [--pod-cgroups /floor-root [--kubelet-shape ROOT_DIR
+//!            [--api KUBECONFIG --node NAME [--user KUBECONFIG]]]]
 //! ```
 //!
 //! Prints figures; asserts nothing. Exits non-zero if a pod fails to start (the figures would lie).
@@ -56,6 +61,7 @@ struct Args {
     kubelet_shape: Option<PathBuf>,
     api: Option<PathBuf>,
     node: String,
+    user: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -71,6 +77,7 @@ fn parse_args() -> Result<Args> {
         kubelet_shape: None,
         api: None,
         node: "floorbench".into(),
+        user: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,17 +94,21 @@ fn parse_args() -> Result<Args> {
             "--kubelet-shape" => a.kubelet_shape = Some(value()?.into()),
             "--api" => a.api = Some(value()?.into()),
             "--node" => a.node = value()?,
+            "--user" => a.user = Some(value()?.into()),
             other => bail!("unknown flag {other:?}"),
         }
     }
     if a.endpoint.is_empty() || a.logs_dir.as_os_str().is_empty() || a.pods == 0 {
-        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT [--kubelet-shape ROOT_DIR [--api KUBECONFIG --node NAME]]]");
+        bail!("usage: cri-floor --endpoint unix:///path --pods N --logs-dir DIR [--image REF] [--grace S] [--json FILE] [--keep] [--pod-cgroups ROOT [--kubelet-shape ROOT_DIR [--api KUBECONFIG --node NAME [--user KUBECONFIG]]]]");
     }
     if a.kubelet_shape.is_some() && a.pod_cgroups.is_none() {
         bail!("--kubelet-shape needs --pod-cgroups: rkubelet's pods have their pod cgroups");
     }
     if a.api.is_some() && a.kubelet_shape.is_none() {
         bail!("--api needs --kubelet-shape: the node's requests are for rkubelet's pods");
+    }
+    if a.user.is_some() && a.api.is_none() {
+        bail!("--user needs --api: the user's pods are the node's");
     }
     Ok(a)
 }
@@ -120,6 +131,35 @@ struct Timing {
         Arc<k8s_openapi::api::core::v1::Pod>,
         tokio::sync::mpsc::UnboundedSender<Write>,
     )>,
+}
+
+/// Opens when the user's request for one pod is in (`--user`): when it was sent, and the pod's
+/// UID. Closed unopened when the request failed.
+type Gate = tokio::sync::oneshot::Receiver<(Instant, String)>;
+
+/// The user's requests (`--user`), one after another from one client as `bench/cri-floor.py`'s
+/// API phase sends them, in the order of `pods`: POSTs (`create`) or DELETEs. Each pod's gate
+/// opens when its request is in.
+fn user_requests(api: &ApiLoad, pods: &[usize], image: &str, create: bool) -> Vec<Gate> {
+    let (txs, rxs): (Vec<_>, Vec<_>) = pods.iter().map(|_| tokio::sync::oneshot::channel()).unzip();
+    let (api, image, pods) = (api.clone(), image.to_string(), pods.to_vec());
+    tokio::spawn(async move {
+        for (i, tx) in pods.into_iter().zip(txs) {
+            let name = format!("floor-{i:03}");
+            let sent = Instant::now();
+            let r = match create {
+                true => api.user_create(&name, &image).await,
+                false => api.user_delete(&name).await.map(|()| String::new()),
+            };
+            match r {
+                Ok(uid) => {
+                    let _ = tx.send((sent, uid));
+                }
+                Err(e) => eprintln!("floor+user: {e:#}"),
+            }
+        }
+    });
+    rxs
 }
 
 /// The cgroups of `--pod-cgroups`: the manager, and the QoS tier pods go under.
@@ -252,13 +292,23 @@ async fn start_pod(
     image: String,
     logs_root: PathBuf,
     like: Kubelike,
-    t0: Instant,
+    mut t0: Instant,
+    posted: Option<Gate>,
 ) -> Result<Timing> {
     let Kubelike {
         pod_cgroups,
         shape,
         api,
     } = like;
+    // A user's pod: nothing before its POST is in; its start is timed from its POST.
+    let created = match posted {
+        Some(gate) => {
+            let (sent, uid) = gate.await.context("the user's POST failed")?;
+            t0 = sent;
+            Some(uid)
+        }
+        None => None,
+    };
     let name = format!("floor-{i:03}");
     let uid = pod_uid(i);
     // Shaped: the pod and its sandbox config as rkubelet makes them (`shape`).
@@ -277,8 +327,14 @@ async fn start_pod(
     let mut t = Timing::default();
     // The node's requests, each when a kubelet makes it (see `node_api`).
     let node = api.zip(shaped.as_ref()).map(|(api, (_, pod))| {
-        let writes = api.mirror(pod);
-        (api, Arc::new(pod.clone()), writes)
+        let mut object = pod.clone();
+        if let Some(uid) = &created {
+            // The events are about the user's object, as rkubelet's are about an API pod.
+            object.metadata.name = Some(name.clone());
+            object.metadata.uid = Some(uid.clone());
+        }
+        let writes = api.writes(pod, created.map(|uid| (name.clone(), uid)));
+        (api, Arc::new(object), writes)
     });
 
     if let Some(cg) = &pod_cgroups {
@@ -400,7 +456,12 @@ async fn stop_pod(
     grace: i64,
     pod_cgroups: Option<PodCgroups>,
     api: Option<ApiLoad>,
+    deleted: Option<Gate>,
 ) -> Result<()> {
+    // A user's pod: nothing before its DELETE is in.
+    if let Some(gate) = deleted {
+        gate.await.context("the user's DELETE failed")?;
+    }
     let node = api.zip(t.api.clone());
     if let Some((api, (pod, _))) = &node {
         api.event(pod, true, "Killing", "Stopping container sleep".into());
@@ -550,12 +611,18 @@ async fn main() -> Result<()> {
         .map(Arc::new);
 
     let api = match &a.api {
-        Some(kc) => Some(ApiLoad::new(kc, &a.node).await?),
+        Some(kc) => Some(ApiLoad::new(kc, &a.node, a.user.as_deref()).await?),
         None => None,
     };
+    let user = api.as_ref().filter(|api| api.has_user());
 
     let cpu0 = cpu_reading();
     let t0 = Instant::now();
+    let all_pods: Vec<usize> = (0..a.pods).collect();
+    let mut posted = user
+        .map(|api| user_requests(api, &all_pods, &a.image, true))
+        .unwrap_or_default()
+        .into_iter();
     let tasks: Vec<_> = (0..a.pods)
         .map(|i| {
             tokio::spawn(start_pod(
@@ -569,6 +636,7 @@ async fn main() -> Result<()> {
                     api: api.clone(),
                 },
                 t0,
+                posted.next(),
             ))
         })
         .collect();
@@ -608,6 +676,11 @@ async fn main() -> Result<()> {
     if !a.keep {
         let c0 = cpu_reading();
         let t1 = Instant::now();
+        let started: Vec<usize> = timings.iter().map(|(i, _)| *i).collect();
+        let mut deleted = user
+            .map(|api| user_requests(api, &started, &a.image, false))
+            .unwrap_or_default()
+            .into_iter();
         let stops: Vec<_> = timings
             .iter()
             .map(|(i, t)| {
@@ -618,6 +691,7 @@ async fn main() -> Result<()> {
                     a.grace,
                     pod_cgroups.clone(),
                     api.clone(),
+                    deleted.next(),
                 ))
             })
             .collect();
@@ -641,6 +715,10 @@ async fn main() -> Result<()> {
     let (p50, p99) = (pct(&run, 50), pct(&run, 99));
     // The phase's kind in the JSON (cri-floor.py's summary groups by it) and its title.
     let (kind, how) = match (&pod_cgroups, &shape) {
+        (Some(_), Some(_)) if user.is_some() => (
+            "floor+user",
+            ", each in its pod cgroup, with rkubelet's configs, as API pods a user creates and deletes, with a node's API requests",
+        ),
         (Some(_), Some(_)) if api.is_some() => (
             "floor+api",
             ", each in its pod cgroup, with rkubelet's configs and a node's API requests",
@@ -695,6 +773,12 @@ async fn main() -> Result<()> {
             node_api::QPS,
             node_api::BURST
         );
+        if api.has_user() {
+            println!(
+                "  the user's requests: {} (POST and DELETE, one at a time)",
+                api.user_requests.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
     }
     if let Some((busy, runtime, api_cpu)) = teardown_cpu {
         println!(

@@ -15,6 +15,15 @@
 //!
 //! The objects are rkubelet's own: the mirror from `mirror::mirror_of`, events from
 //! `events::make_event`, status patches from the status syncer's `status_patch`.
+//!
+//! With a user's client as well (`--user KUBECONFIG`, "floor+user") the pods are API pods, as in
+//! the benchmark's API phase: no mirror; the user POSTs each pod, bound to the node, and later
+//! DELETEs it (grace from its spec), one request after another from one client as
+//! `bench/cri-floor.py`'s API phase sends them, and the node writes to those objects and ends
+//! each with its own DELETE (grace 0). A kubelet cannot act on a pod before its POST or DELETE
+//! is in, so the floor's work on each pod waits for that request's answer. That is the floor
+//! for the API phase, whose delete window also holds the user's N DELETEs and their updates to
+//! both watches; floor+api, made for static pods, has neither.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, PodStatus};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubelet::events::{make_event, pod_reference, EventType};
 use kubelet::status::syncer::status_patch;
@@ -43,6 +52,11 @@ pub struct ApiLoad {
     events: kube::Client,
     /// The node's UID, for the mirror pods' owner reference (NodeRestriction wants it).
     node_uid: String,
+    /// The user's client (`--user`), unthrottled as the benchmark's own client: the pods are
+    /// API pods it creates and deletes.
+    user: Option<kube::Client>,
+    /// The user's requests made (not the node's: they are not counted in `requests`).
+    pub user_requests: Arc<AtomicUsize>,
     /// Event tasks, and the mirrors' tasks (each ends with its DELETE).
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
     mirrors: Arc<Mutex<Vec<JoinHandle<()>>>>,
@@ -59,13 +73,16 @@ pub enum Write {
 }
 
 impl ApiLoad {
-    pub async fn new(kubeconfig: &std::path::Path, node: &str) -> Result<ApiLoad> {
-        let kc = Kubeconfig::read_from(kubeconfig)
-            .with_context(|| format!("read {}", kubeconfig.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .context("kubeconfig")?;
-        let base = kube::Client::try_from(config).context("API client")?;
+    pub async fn new(
+        kubeconfig: &std::path::Path,
+        node: &str,
+        user: Option<&std::path::Path>,
+    ) -> Result<ApiLoad> {
+        let base = client(kubeconfig).await?;
+        let user = match user {
+            Some(kc) => Some(client(kc).await?),
+            None => None,
+        };
         // The node must be registered: the bench runs this floor after rkubelet's first phase
         // as a node.
         let node_uid = Api::<Node>::all(base.clone())
@@ -84,6 +101,8 @@ impl ApiLoad {
             pods: limited(base.clone()),
             events: limited(base),
             node_uid,
+            user,
+            user_requests: Arc::default(),
             tasks: Arc::default(),
             mirrors: Arc::default(),
             pending: Arc::default(),
@@ -113,27 +132,77 @@ impl ApiLoad {
         }
     }
 
-    /// Creates `pod`'s mirror and then makes the writes sent to the returned channel, in order,
-    /// until its DELETE.
-    pub fn mirror(&self, pod: &Pod) -> mpsc::UnboundedSender<Write> {
+    /// Whether the pods are the user's API pods (`--user`) rather than static pods with mirrors.
+    pub fn has_user(&self) -> bool {
+        self.user.is_some()
+    }
+
+    /// The user's POST of pod `name`, bound to the node, as `bench/cri-floor.py`'s API phase
+    /// sends it: returns the object's UID.
+    pub async fn user_create(&self, name: &str, image: &str) -> Result<String> {
+        let user = self.user.clone().context("no user client (--user)")?;
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": self.node, "automountServiceAccountToken": false,
+                     "terminationGracePeriodSeconds": 5, "containers": [
+                         {"name": "sleep", "image": image, "imagePullPolicy": "IfNotPresent",
+                          "command": ["sh", "-c", crate::shape::COMMAND]}]}}))
+        .context("the user's pod")?;
+        self.user_requests.fetch_add(1, Ordering::Relaxed);
+        let created = Api::<Pod>::namespaced(user, "default")
+            .create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("the user's POST of pod {name}"))?;
+        created.metadata.uid.context("the created pod has no UID")
+    }
+
+    /// The user's DELETE of pod `name`, with the grace period of its spec.
+    pub async fn user_delete(&self, name: &str) -> Result<()> {
+        let user = self.user.clone().context("no user client (--user)")?;
+        self.user_requests.fetch_add(1, Ordering::Relaxed);
+        Api::<Pod>::namespaced(user, "default")
+            .delete(name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("the user's DELETE of pod {name}"))?;
+        Ok(())
+    }
+
+    /// Makes the writes sent to the returned channel to `pod`'s object, in order, until its
+    /// DELETE. The object is `pod`'s mirror, created first; or, with `created` (the name and
+    /// UID of the user's pod), that pod.
+    pub fn writes(
+        &self,
+        pod: &Pod,
+        created: Option<(String, String)>,
+    ) -> mpsc::UnboundedSender<Write> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut mirror = kubelet::mirror::mirror_of(pod, &self.node, &self.node_uid);
         if let Some(spec) = mirror.spec.as_mut() {
             spec.node_name = Some(self.node.clone());
         }
+        let created = created.map(|(name, uid)| {
+            mirror.metadata.name = Some(name);
+            uid
+        });
         let me = self.clone();
         self.pending.fetch_add(1, Ordering::Relaxed);
         let task = tokio::spawn(async move {
             let ns = mirror.metadata.namespace.clone().unwrap_or_default();
             let name = mirror.metadata.name.clone().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(me.pods.clone(), &ns);
-            let created = api.create(&PostParams::default(), &mirror).await;
-            let uid = created
-                .as_ref()
-                .ok()
-                .and_then(|p| p.metadata.uid.clone())
-                .unwrap_or_default();
-            me.count("create mirror", created.map(drop));
+            let uid = match created {
+                Some(uid) => uid,
+                None => {
+                    let created = api.create(&PostParams::default(), &mirror).await;
+                    let uid = created
+                        .as_ref()
+                        .ok()
+                        .and_then(|p| p.metadata.uid.clone())
+                        .unwrap_or_default();
+                    me.count("create mirror", created.map(drop));
+                    uid
+                }
+            };
             me.pending.fetch_sub(1, Ordering::Relaxed);
             while let Some(w) = rx.recv().await {
                 match w {
@@ -147,7 +216,7 @@ impl ApiLoad {
                     }
                     Write::Delete => {
                         let r = api.delete(&name, &kubelet::podutil::delete_now(&uid)).await;
-                        me.count("delete mirror", r.map(drop));
+                        me.count("delete pod", r.map(drop));
                         me.pending.fetch_sub(1, Ordering::Relaxed);
                         break;
                     }
@@ -200,6 +269,16 @@ impl ApiLoad {
             let _ = t.await;
         }
     }
+}
+
+/// A client from `kubeconfig`.
+async fn client(kubeconfig: &std::path::Path) -> Result<kube::Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("read {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+    kube::Client::try_from(config).context("API client")
 }
 
 /// Starts a watch on the default namespace's pods (with `fields`, a field selector) from now, and

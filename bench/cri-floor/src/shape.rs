@@ -34,7 +34,7 @@ use kubelet::source::static_pod::{parse_manifest, Origin};
 use rkubelet_cri::api;
 
 /// The container command of `bench/cri-floor.py`'s pods (and of the plain floor's).
-const COMMAND: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
+pub(crate) const COMMAND: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
 /// A BestEffort container's OOM score (upstream `besteffortOOMScoreAdj`).
 const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 
