@@ -100,6 +100,17 @@ start_rkubelet() {
     die "rkubelet did not get ready within 60 s; log $logf"
 }
 
+# shaped_floor N SOCK [FLAG...]: the floor with pod cgroups and rkubelet's configs (floor+shape),
+# plus FLAGs (floor+api, floor+user), then what it leaves: its cgroups and its root dir.
+shaped_floor() {
+    local n="$1" sock="$2"
+    shift 2
+    "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
+        --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root" "$@"
+    remove_cgroup_root "$FLOOR_CGROUP_ROOT"
+    rm -rf "$CD/floor-root"
+}
+
 bench_one() {
     local n="$1" kc="$2" url="$3" sock port sport logf r
     logf="/tmp/rkubelet-floorbench-$n.log"
@@ -137,10 +148,7 @@ EOF
         "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
             --pod-cgroups "$FLOOR_CGROUP_ROOT"
         remove_cgroup_root "$FLOOR_CGROUP_ROOT"
-        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
-            --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root"
-        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
-        rm -rf "$CD/floor-root"
+        shaped_floor "$n" "$sock"
 
         # Standalone first (no API server: static pods only, nothing for kube-apiserver and etcd
         # to do on the same two cores), then as a node of the control plane.
@@ -159,15 +167,8 @@ EOF
 
         # floor+api and floor+user last: the mirror pods need the Node object (owner
         # reference), which the node's phase registered.
-        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
-            --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root" --api "$kc" --node "$NODE_NAME"
-        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
-        rm -rf "$CD/floor-root"
-        "$CRI_FLOOR" --endpoint "unix://$sock" --pods "$n" --logs-dir "$CD/floor-logs" --json "$RESULTS" \
-            --pod-cgroups "$FLOOR_CGROUP_ROOT" --kubelet-shape "$CD/floor-root" --api "$kc" --node "$NODE_NAME" \
-            --user "$CP/admin.kubeconfig"
-        remove_cgroup_root "$FLOOR_CGROUP_ROOT"
-        rm -rf "$CD/floor-root"
+        shaped_floor "$n" "$sock" --api "$kc" --node "$NODE_NAME"
+        shaped_floor "$n" "$sock" --api "$kc" --node "$NODE_NAME" --user "$CP/admin.kubeconfig"
     done
     echo "  rkubelet log: $(grep -c '^E[0-9]' "$logf" || true) error, $(grep -c '^W[0-9]' "$logf" || true) warning lines"
     # Per pod, all rounds: rkubelet's own time between its CRI calls against the runtime's time

@@ -141,13 +141,10 @@ impl ApiLoad {
     /// sends it: returns the object's UID.
     pub async fn user_create(&self, name: &str, image: &str) -> Result<String> {
         let user = self.user.clone().context("no user client (--user)")?;
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeName": self.node, "automountServiceAccountToken": false,
-                     "terminationGracePeriodSeconds": 5, "containers": [
-                         {"name": "sleep", "image": image, "imagePullPolicy": "IfNotPresent",
-                          "command": ["sh", "-c", crate::shape::COMMAND]}]}}))
-        .context("the user's pod")?;
+        let mut manifest = crate::shape::manifest(name, image);
+        manifest["spec"]["nodeName"] = self.node.clone().into();
+        manifest["spec"]["automountServiceAccountToken"] = false.into();
+        let pod: Pod = serde_json::from_value(manifest).context("the user's pod")?;
         self.user_requests.fetch_add(1, Ordering::Relaxed);
         let created = Api::<Pod>::namespaced(user, "default")
             .create(&PostParams::default(), &pod)

@@ -34,7 +34,19 @@ use kubelet::source::static_pod::{parse_manifest, Origin};
 use rkubelet_cri::api;
 
 /// The container command of `bench/cri-floor.py`'s pods (and of the plain floor's).
-pub(crate) const COMMAND: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
+const COMMAND: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
+
+/// The bench's one-container pod `name` as `bench/cri-floor.py` writes it: the static pods'
+/// manifest, and the API phase's pod before it binds it to the node.
+pub(crate) fn manifest(name: &str, image: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"terminationGracePeriodSeconds": 5, "containers": [
+            {"name": "sleep", "image": image, "imagePullPolicy": "IfNotPresent",
+             "command": ["sh", "-c", COMMAND]}]}
+    })
+}
+
 /// A BestEffort container's OOM score (upstream `besteffortOOMScoreAdj`).
 const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 
@@ -64,13 +76,9 @@ impl Shape {
     /// Pod `i` as rkubelet's static source would have it from the bench's manifest (defaults
     /// applied: restartPolicy, dnsPolicy, terminationMessagePath, ...), with the floor's UID.
     pub fn pod(&self, name: &str, uid: &str, image: &str) -> Result<Pod> {
-        let manifest = serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"terminationGracePeriodSeconds": 5, "containers": [
-                {"name": "sleep", "image": image, "imagePullPolicy": "IfNotPresent",
-                 "command": ["sh", "-c", COMMAND]}]}
-        });
+        let mut manifest = manifest(name, image);
+        manifest["metadata"]["namespace"] = "default".into();
+        manifest["metadata"]["uid"] = uid.into();
         let mut pods = parse_manifest(&manifest.to_string(), Origin::File("floor"), "floor")
             .map_err(|e| anyhow::anyhow!("the floor's own manifest: {e}"))?;
         pods.pop().context("the floor's manifest gave no pod")
