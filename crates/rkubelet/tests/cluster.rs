@@ -137,6 +137,12 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
         &["create", "-f", "-"],
         Some(&api_pod("crasher", &env.node, "sleep 1; exit 3", 1, "")),
     );
+    // A pod whose object outlives its deletion (a finalizer, as the Job controller's).
+    let kept = api_pod("kept", &env.node, SLEEPER, 30, "").replace(
+        "  name: kept\n",
+        "  name: kept\n  finalizers: [rkubelet.test/keep]\n",
+    );
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&kept));
     // A shell as PID 1 with no handler ignores SIGTERM: only the grace period ends it.
     cp.kubectl_stdin(
         &["create", "-f", "-"],
@@ -202,7 +208,7 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
             .as_array()
             .unwrap()
             .len(),
-        3
+        4
     );
 
     // kubectl delete: the container stops on SIGTERM and the object goes away once it has,
@@ -258,6 +264,42 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
     env.wait_runtime_empty(&uid, forced, Duration::from_secs(30), what)
         .await;
     assert!(env.kubelet_log().contains("grace period shortened"));
+
+    // A deleted pod whose object stays (a finalizer): the node writes its final status before
+    // its DELETE, so whoever holds the finalizer sees the container terminated (upstream's
+    // status manager patches, then deletes), and the pod is not started again.
+    let kept = wait_json("kept Running", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "kept"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let uid = kept["metadata"]["uid"].as_str().unwrap().to_string();
+    let deleted = Instant::now();
+    cp.kubectl(&["delete", "pod", "kept", "--wait=false"]);
+    let what = "kept's containers left after its delete";
+    env.wait_runtime_empty(&uid, deleted, Duration::from_secs(30), what)
+        .await;
+    let kept = wait_json("kept's final status", Duration::from_secs(30), || {
+        let p = cp.get_json(&["pod", "kept"])?;
+        (p["metadata"]["deletionGracePeriodSeconds"] == 0).then_some(p)
+    });
+    let cs = &kept["status"]["containerStatuses"][0];
+    assert_eq!(cs["state"]["terminated"]["exitCode"], 0, "{kept}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        env.containers_of(&uid).await.is_empty(),
+        "a finished pod is not started again"
+    );
+    cp.kubectl(&[
+        "patch",
+        "pod",
+        "kept",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    wait_until(Duration::from_secs(30), "kept gone", || {
+        cp.get_json(&["pod", "kept"]).is_none().then_some(())
+    });
 }
 
 fn static_web(tag: &str) -> String {

@@ -154,8 +154,10 @@ impl Syncer {
                     self.pending.insert(k, *st);
                 }
             }
+            // The final status still pending is written first (`flush`), as upstream's
+            // `syncPod` patches before it deletes: with a finalizer the object stays, and its
+            // owner (the Job controller) counts the pod from that status.
             SyncCmd::Delete(k) => {
-                self.pending.remove(&k);
                 self.deletes.insert(k, ());
             }
         }
@@ -197,7 +199,8 @@ impl Syncer {
         }
         let deletes = std::mem::take(&mut self.deletes);
         for (k, ()) in deletes {
-            if down {
+            // Not before its final status: a write that failed is retried first.
+            if down || self.pending.contains_key(&k) {
                 self.deletes.insert(k, ());
                 continue;
             }
@@ -231,6 +234,30 @@ mod tests {
     use k8s_openapi::api::core::v1::PodCondition;
     use kube::core::response::{StatusCause, StatusDetails};
     use kube::core::Status;
+
+    /// A pod's final status queued with its delete is not dropped for it: both wait, the status
+    /// first, while the API server cannot be reached (port 1 on loopback refuses).
+    #[tokio::test]
+    async fn a_delete_keeps_the_final_status_before_it() {
+        let cfg = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
+        let client = Client::try_from(cfg).expect("client");
+        let (mut s, _tx) = Syncer::new(client);
+        let k = PodKey {
+            namespace: "default".into(),
+            name: "kept".into(),
+            uid: "u1".into(),
+        };
+        let done = PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        };
+        s.take(SyncCmd::Patch(k.clone(), Box::new(done.clone())));
+        s.take(SyncCmd::Delete(k.clone()));
+        assert_eq!(s.pending.get(&k), Some(&done));
+        assert!(!s.flush().await, "nothing reached the API server");
+        assert_eq!(s.pending.get(&k), Some(&done), "the status is retried");
+        assert!(s.deletes.contains_key(&k), "the delete is retried after it");
+    }
 
     #[test]
     fn which_errors_mean_another_pod() {
