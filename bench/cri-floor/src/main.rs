@@ -11,9 +11,9 @@
 //! With `--pod-cgroups ROOT` the pods get the shape a kubelet gives them (upstream `SyncPod`'s
 //! cgroup step): each pod's own cgroup `ROOT/kubepods/besteffort/pod<uid>` (cpu shares 2, as a
 //! BestEffort pod's) made before its sandbox and given to the runtime as the sandbox's
-//! `cgroup_parent`, and removed after teardown. That separates what the pod cgroup costs the
-//! runtime and the kernel (runc then nests every container of the pod one level deeper) from
-//! what the kubelet itself adds. Without it the runtime puts each sandbox at its own default.
+//! `cgroup_parent`, and removed once the pod is stopped, before RemovePodSandbox (as a kubelet
+//! does). That separates what the pod cgroup costs the runtime and the kernel (runc then nests
+//! every container of the pod one level deeper) from what the kubelet itself adds. Without it the runtime puts each sandbox at its own default.
 //!
 //! With `--api KUBECONFIG` (and the shape) the floor also makes the API requests a kubelet node
 //! makes for these pods, as the node whose credentials KUBECONFIG holds (`--node`): see `node_api`.
@@ -483,16 +483,18 @@ async fn stop_pod(
             Write::Status(Box::new(node_api::status("Succeeded", "", c, false))),
         );
     }
+    // A kubelet's order (upstream `SyncTerminatedPod`): the pod cgroup once nothing runs, then
+    // the object's DELETE, then the runtime's removal.
+    if let Some(cg) = pod_cgroups {
+        cg.destroy(&pod_uid(i)).await?;
+    }
+    if let Some((api, (_, writes))) = &node {
+        api.write(writes, Write::Delete);
+    }
     cri.remove_pod_sandbox(api::RemovePodSandboxRequest {
         pod_sandbox_id: t.sandbox_id,
     })
     .await?;
-    if let Some((api, (_, writes))) = &node {
-        api.write(writes, Write::Delete);
-    }
-    if let Some(cg) = pod_cgroups {
-        cg.destroy(&pod_uid(i)).await?;
-    }
     Ok(())
 }
 

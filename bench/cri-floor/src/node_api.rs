@@ -8,7 +8,7 @@
 //! - start: the mirror pod (POST), the status once the sandbox is up (Pending, ContainerCreating)
 //!   and once the container runs (Running), and the Pulled, Created and Started events: 6;
 //! - teardown: the Killing event before the stop, the final status after it, the mirror's DELETE
-//!   after the removal: 3.
+//!   once the pod cgroup is gone, before the runtime's removal (upstream's order): 3.
 //!
 //! Two watches run meanwhile, as in the node's phases: the kubelet's own on its node's pods, and
 //! one on the namespace's pods such as `bench/cri-floor.py` holds there to see the pods Running.

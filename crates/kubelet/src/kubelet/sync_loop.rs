@@ -370,12 +370,9 @@ impl<S: PodSyncer> SyncLoop<S> {
                 self.workers.terminated(&uid);
                 self.publish_active_pods();
             }
+            // The object of a deleted pod went to the status manager from its worker, once the
+            // pod's resources were reclaimed (`sync::cleanup_pod`).
             WorkerEvent::Finished { uid, pod } => {
-                if let Some(pod) = &pod {
-                    if pod.metadata.deletion_timestamp.is_some() {
-                        self.status.terminated(pod.clone()).await;
-                    }
-                }
                 self.forget_probes(&uid);
                 if let Some(c) = &self.object_cache {
                     c.unregister(&uid);

@@ -671,9 +671,11 @@ fn guaranteed(mut c: Container, cpu: &str, memory: &str) -> Container {
 }
 
 /// The pod's cgroup exists, with upstream's values, before its sandbox runs, under the QoS tiers
-/// made at start; a deleted pod's cgroup goes once its sandbox is removed.
+/// made at start; a deleted pod's cgroup goes once nothing runs in it, before its sandbox is
+/// removed (upstream `SyncTerminatedPod`: the cgroup, then the object's deletion; the sandbox
+/// is the runtime's removal, after both).
 #[tokio::test(start_paused = true)]
-async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
+async fn pod_cgroup_made_before_the_sandbox_and_removed_before_it() {
     use cgroups::{CgroupManager as _, CgroupName, ResourceConfig};
     let h = Harness::start().await;
     let kubepods = CgroupName::new(["kubepods"]);
@@ -709,20 +711,28 @@ async fn pod_cgroup_made_before_the_sandbox_and_removed_with_the_pod() {
             ..Default::default()
         }
     );
+    // The runtime takes 30 s to remove the sandbox.
+    h.fake
+        .delay("remove_pod_sandbox", "web", Duration::from_secs(30));
     h.want(vec![]).await;
-    h.until("sandbox removed", Duration::from_secs(60), |f| {
-        f.sandboxes().is_empty()
-    })
-    .await;
     let start = Instant::now();
     while h.cgroups.exists(&pod_cg) {
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            start.elapsed() < Duration::from_secs(20),
             "pod cgroup still there: {:?}",
             h.cgroups.calls()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(
+        h.fake.calls().iter().any(|c| c.op == "stop_pod_sandbox"),
+        "the cgroup goes once the sandbox is stopped"
+    );
+    assert_eq!(h.fake.sandboxes().len(), 1, "the sandbox is removed after");
+    h.until("sandbox removed", Duration::from_secs(60), |f| {
+        f.sandboxes().is_empty()
+    })
+    .await;
     let calls = h.cgroups.calls();
     let reduce = calls
         .iter()

@@ -85,7 +85,8 @@ pub trait PodSyncer: Send + Sync + 'static {
         grace: Duration,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
-    /// Upstream `SyncTerminatedPod`: everything stopped; remove containers, sandboxes, volumes
+    /// Upstream `SyncTerminatedPod`: everything stopped; remove the pod cgroup and let the
+    /// status manager delete a deleted pod's object, then remove containers, sandboxes, volumes
     /// and the pod directory, and forget the pod's status.
     fn sync_terminated_pod(
         &self,

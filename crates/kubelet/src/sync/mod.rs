@@ -115,6 +115,9 @@ pub struct PodState {
     /// StartContainer dropped at the client may still complete in the runtime, so the
     /// termination reads the whole pod after its kill rather than only what it stopped.
     pub start_dropped: bool,
+    /// Its cleanup removed the pod cgroup and let the status manager delete the object; what
+    /// is left is the runtime's removal (retried on its own if it fails).
+    pub reclaimed: bool,
 }
 
 impl PodState {
@@ -139,6 +142,7 @@ impl PodState {
             last_sync: None,
             failure: None,
             start_dropped: false,
+            reclaimed: false,
         }
     }
 }
@@ -1177,20 +1181,35 @@ async fn tear_down_volumes(ctx: &SyncContext, pod: &Pod) {
 ///
 /// `state.last_sync` is when termination stopped the pod's containers; the read made after that
 /// (or any newer) shows everything to remove, as the worker created nothing since.
+///
+/// In upstream's order: once nothing runs (its volumes went when it stopped), the pod cgroup
+/// goes and then the status manager may delete a deleted pod's object; the containers and
+/// sandboxes are removed after that. Upstream leaves them to container GC in the background,
+/// so `kubectl delete` (and a StatefulSet waiting to reuse the name) never waits for the
+/// runtime's removal; here they go at once, but after the object, not before it.
 pub async fn cleanup_pod(
     ctx: &SyncContext,
-    state: &PodState,
-    pod: &Pod,
+    state: &mut PodState,
+    pod: &Arc<Pod>,
 ) -> Result<(), RuntimeError> {
     let id = crate::runtime::manager::RuntimePodRef::of(pod);
     // After a dropped start, what the runtime has now: a start it completed late shows.
     let since = state.last_sync.filter(|_| !state.start_dropped);
-    remove_from_runtime(ctx, &id, Duration::from_secs(2), since).await?;
+    let rt = stop_in_runtime(ctx, &id, Duration::from_secs(2), since).await?;
+    if !state.reclaimed {
+        remove_pod_cgroup(ctx, &id.uid).await;
+        if pod.metadata.deletion_timestamp.is_some() {
+            ctx.status.terminated(pod.clone()).await;
+        }
+        // A retry of the removal below neither destroys the cgroup nor deletes the object again.
+        state.reclaimed = true;
+    }
+    ctx.runtime.remove_pod(&id, &rt.status).await?;
+    drop(rt);
     // Upstream `DeleteServiceAccountToken`: the pod's tokens leave the cache with it.
     ctx.tokens.forget_pod(podutil::uid(pod));
     ctx.timeline.forget(podutil::uid(pod));
     remove_pod_dir(ctx, &id).await;
-    remove_pod_cgroup(ctx, &id.uid).await;
     Ok(())
 }
 
@@ -1211,13 +1230,34 @@ pub async fn remove_from_runtime(
     grace: Duration,
     since: Option<tokio::time::Instant>,
 ) -> Result<(), RuntimeError> {
+    let rt = stop_in_runtime(ctx, pod, grace, since).await?;
+    ctx.runtime.remove_pod(pod, &rt.status).await
+}
+
+/// The pod read newer than `since` (None: now), with whatever still runs in it stopped with
+/// `grace`, and the pod marked acting on until the result is dropped: while its containers and
+/// sandboxes go one by one, a relist would find the pod changed and read it, for nothing (the
+/// relist after the removal finds it gone without a read).
+async fn stop_in_runtime(
+    ctx: &SyncContext,
+    pod: &crate::runtime::manager::RuntimePodRef,
+    grace: Duration,
+    since: Option<tokio::time::Instant>,
+) -> Result<Stopped, RuntimeError> {
     let since = since.unwrap_or_else(tokio::time::Instant::now);
-    let rt = ctx.cache.fresh(&pod.uid, Some(since)).await?;
-    // While its containers and sandboxes go one by one, a relist would find the pod changed and
-    // read it, for nothing: the relist after the removal finds it gone without a read.
-    let _acting = ctx.runtime.acting.mark(&pod.uid);
-    ctx.runtime.kill_pod(&rt, grace).await?;
-    ctx.runtime.remove_pod(pod, &rt).await
+    let status = ctx.cache.fresh(&pod.uid, Some(since)).await?;
+    let acting = ctx.runtime.acting.mark(&pod.uid);
+    ctx.runtime.kill_pod(&status, grace).await?;
+    Ok(Stopped {
+        status,
+        _acting: acting,
+    })
+}
+
+/// A pod with nothing running any more, as [`stop_in_runtime`] read it.
+struct Stopped {
+    status: Arc<crate::container::PodRuntimeStatus>,
+    _acting: crate::runtime::manager::MarkGuard,
 }
 
 /// Unmounts the pod's volumes and removes its directory. A failure is logged, not returned: the
