@@ -232,7 +232,11 @@ perf = perf_start("stop")
 audit2 = audit_counts(); cri2 = cri_counts()
 
 t1 = time.monotonic()
+# Each pod's delete is timed from its own DELETE, as its start from its POST: the object's
+# deletion is the node's answer to it (what `kubectl delete` waits for).
+del_sent = {}
 for name in sent:
+    del_sent[name] = time.monotonic()
     request(c, "DELETE", f"/api/v1/namespaces/default/pods/{name}")
 deadline = time.monotonic() + 120 + 3 * n
 t_gone = t_rt = None
@@ -246,6 +250,8 @@ while time.monotonic() < deadline:
     peak = max(peak, rss_kib()[0])
     time.sleep(0.1)
 perf_stop(perf)
+with lock:
+    dlat = [deleted_at[k] - del_sent[k] for k in deleted_at if k in del_sent]
 rss3, hwm3 = rss_kib(); cpu3 = cpu_s(); ccpu3 = cpu_s(cpid); us3 = cpu_us(); split3 = rss_split()
 time.sleep(1)
 audit3 = audit_counts(); cri3 = cri_counts()
@@ -268,6 +274,9 @@ if lag:
           f"   p99 {secs(pct(lag, 99))}   max {secs(max(lag))}   ({len(lag)} pods)")
 print(f"  first POST -> all Running         {secs(t_all)}" + ("" if t_all else f"  ({len(lat)} of {n})"))
 print(f"  DELETE -> all objects gone        {secs(t_gone)}")
+if dlat:
+    print(f"  DELETE -> its object gone         p50 {secs(pct(dlat, 50))}   p90 {secs(pct(dlat, 90))}"
+          f"   p99 {secs(pct(dlat, 99))}")
 print(f"  DELETE -> no containers left      {secs(t_rt)}")
 print(f"  node's API requests: {total(start_req)} to start {n} ({total(start_req) / n:.1f}/pod), "
       f"{total(idle_req)} in {IDLE} s idle, {total(stop_req)} to delete {n}")
@@ -294,6 +303,7 @@ with open(outfile, "a") as f:
     f.write(json.dumps(dict(n=n, kubelet=kubelet, qps=int(qps), p50=pct(lat, 50) if lat else None, p90=pct(lat, 90) if lat else None,
         p99=pct(lat, 99) if lat else None, all=t_all,
         lag50=pct(lag, 50) if lag else None, lag99=pct(lag, 99) if lag else None, gone=t_gone, rt=t_rt,
+        del50=pct(dlat, 50) if dlat else None, del90=pct(dlat, 90) if dlat else None,
         req_start=total(start_req), req_idle=total(idle_req), req_stop=total(stop_req),
         cri_start=total(start_cri), cri_idle=total(idle_cri), cri_stop=total(stop_cri),
         rss0=rss0, peak=max(peak, hwm1, hwm3), rss3=rss3, cpu_start=cpu1 - cpu0,
@@ -308,9 +318,9 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 f = lambda x: "  -  " if x is None else f"{x:5.2f}"
 m = lambda k: f"{k / 1024:5.1f}"
 print("\n=== summary (seconds; requests; RSS in MiB; CPU in s) ===")
-print("    N kubelet  qps   p50   p90   p99   all | lag50 lag99 | gone  rt-empty | req start idle stop |  RSS0  peak RSSend | cpu+start idle% cpu+stop")
+print("    N kubelet  qps   p50   p90   p99   all | lag50 lag99 | del50 del90  gone  rt-empty | req start idle stop |  RSS0  peak RSSend | cpu+start idle% cpu+stop")
 for r in rows:
-    print(f"{r['n']:5d} {r['kubelet']:8s} {r['qps']:3d} {f(r['p50'])} {f(r['p90'])} {f(r['p99'])} {f(r['all'])} | {f(r['lag50'])} {f(r['lag99'])} | {f(r['gone'])} {f(r['rt'])} |"
+    print(f"{r['n']:5d} {r['kubelet']:8s} {r['qps']:3d} {f(r['p50'])} {f(r['p90'])} {f(r['p99'])} {f(r['all'])} | {f(r['lag50'])} {f(r['lag99'])} | {f(r.get('del50'))} {f(r.get('del90'))} {f(r['gone'])} {f(r['rt'])} |"
           f"     {r['req_start']:5d} {r['req_idle']:4d} {r['req_stop']:4d} | {m(r['rss0'])} {m(r['peak'])} {m(r['rss3'])} |"
           f"     {r['cpu_start']:5.2f} {r['idle_pct']:5.1f}    {r['cpu_stop']:5.2f}")
 # Same run, same N and QPS: rkubelet / upstream (below 1: rkubelet cheaper or faster).
@@ -318,12 +328,12 @@ by = {(r["n"], r["qps"], r["kubelet"]): r for r in rows}
 pairs = [(k[0], k[1]) for k in by if k[2] == "rkubelet" and (k[0], k[1], "upstream") in by]
 if pairs:
     print("\n=== ratio rkubelet / upstream (same run) ===")
-    print("    N  qps   p50   p99   all  gone rt-empty  peak-RSS  cpu+start  cpu+stop  CPU ms/pod start,stop")
+    print("    N  qps   p50   p99   all del50  gone rt-empty  peak-RSS  cpu+start  cpu+stop  CPU ms/pod start,stop")
     q = lambda a, b: "  -  " if a is None or not b else f"{a / b:5.2f}"
     for n, qps in sorted(pairs):
         a, b = by[(n, qps, "rkubelet")], by[(n, qps, "upstream")]
         print(f"{n:5d} {qps:4d} {q(a['p50'], b['p50'])} {q(a['p99'], b['p99'])} {q(a['all'], b['all'])}"
-              f" {q(a['gone'], b['gone'])}    {q(a['rt'], b['rt'])}     {q(a['peak'], b['peak'])}"
+              f" {q(a.get('del50'), b.get('del50'))} {q(a['gone'], b['gone'])}    {q(a['rt'], b['rt'])}     {q(a['peak'], b['peak'])}"
               f"      {q(a['cpu_start'], b['cpu_start'])}     {q(a['cpu_stop'], b['cpu_stop'])}"
               f"    {1000 * a['cpu_start'] / n:.0f},{1000 * a['cpu_stop'] / n:.0f} vs "
               f"{1000 * b['cpu_start'] / n:.0f},{1000 * b['cpu_stop'] / n:.0f}")
