@@ -13,7 +13,8 @@
 //! BestEffort pod's) made before its sandbox and given to the runtime as the sandbox's
 //! `cgroup_parent`, and removed once the pod is stopped, before RemovePodSandbox (as a kubelet
 //! does). That separates what the pod cgroup costs the runtime and the kernel (runc then nests
-//! every container of the pod one level deeper) from what the kubelet itself adds. Without it the runtime puts each sandbox at its own default.
+//! every container of the pod one level deeper) from what the kubelet itself adds. Without it
+//! the runtime puts each sandbox at its own default.
 //!
 //! With `--api KUBECONFIG` (and the shape) the floor also makes the API requests a kubelet node
 //! makes for these pods, as the node whose credentials KUBECONFIG holds (`--node`): see `node_api`.
