@@ -366,8 +366,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                     self.workers.schedule(&uid, after);
                 }
             }
+            // A removed static pod's mirror goes now, while its worker cleans up (upstream
+            // deletes orphaned mirrors once the static pod is no longer terminating).
             WorkerEvent::Terminated { uid } => {
                 self.workers.terminated(&uid);
+                self.publish_static_pods();
                 self.publish_active_pods();
             }
             // The object of a deleted pod went to the status manager from its worker, once the

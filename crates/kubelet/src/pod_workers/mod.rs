@@ -238,14 +238,15 @@ impl<S: PodSyncer> PodWorkers<S> {
         )
     }
 
-    /// Pods whose worker is still stopping them (upstream `IsPodForMirrorPodTerminatingByFullName`
-    /// asks this of the static pods): their mirror pods stay until they have terminated.
+    /// Pods whose containers are still being stopped (upstream
+    /// `IsPodForMirrorPodTerminatingByFullName` asks this of the static pods): their mirror pods
+    /// stay until they have terminated. A terminated pod whose worker is still removing its
+    /// sandbox, logs and directory is not listed: upstream deletes its mirror then, as an API
+    /// pod's object goes before that cleanup (`sync::cleanup_pod`).
     pub fn stopping(&self) -> impl Iterator<Item = &Arc<Pod>> {
         self.records
             .values()
-            .filter(|r| {
-                r.has_worker() && matches!(r.phase, Phase::Terminating { .. } | Phase::Terminated)
-            })
+            .filter(|r| r.has_worker() && matches!(r.phase, Phase::Terminating { .. }))
             .filter_map(|r| r.pod.as_ref())
     }
 

@@ -566,3 +566,36 @@ async fn a_stopping_kubelet_leaves_pods_where_their_workers_are() {
         ["sync u1", "sync u2", "terminating u2 Some(300s)"]
     );
 }
+
+/// A static pod's mirror stays while its containers stop and goes once they have (upstream
+/// `IsPodForMirrorPodTerminatingByFullName`), not after the sandbox's removal.
+#[tokio::test(start_paused = true)]
+async fn a_pod_is_stopping_until_it_terminated_not_until_it_finished() {
+    let mut t = Table::new();
+    let p = pod("web", "u");
+    t.workers.update(p.clone());
+    t.settle().await;
+    let stopping = |t: &Table| -> Vec<String> {
+        t.workers
+            .stopping()
+            .map(|p| podutil::uid(p).to_string())
+            .collect()
+    };
+    assert!(stopping(&t).is_empty(), "a syncing pod is not stopping");
+    t.workers.terminate(p, Some(Duration::from_secs(5)));
+    t.settle().await;
+    assert_eq!(stopping(&t), ["u"], "its containers take the grace period");
+    loop {
+        match t.events.recv().await.expect("worker events") {
+            WorkerEvent::Terminated { uid } => break t.workers.terminated(&uid),
+            WorkerEvent::Synced { .. } => {}
+            other => panic!("expected Terminated, got {other:?}"),
+        }
+    }
+    assert_eq!(t.workers.phase("u"), Some(Phase::Terminated));
+    assert!(
+        stopping(&t).is_empty(),
+        "terminated, its cleanup still running: its mirror may go"
+    );
+    assert!(t.until_finished("u").await.is_empty());
+}
