@@ -3,7 +3,7 @@
 //! `compute_pod_actions`, act through the runtime manager, publish the status.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -286,6 +286,21 @@ pub async fn sync_pod(
     out
 }
 
+/// The pod's data directories (upstream `makePodDataDirs`), made on every sync as upstream does
+/// so one removed behind the kubelet's back comes back. One blocking-pool task for the three:
+/// each `tokio::fs` call is a hand-off to another thread and back, and a sync makes them for
+/// every pod.
+async fn make_pod_data_dirs(dir: &Path) -> std::io::Result<()> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        ["volumes", "plugins", "containers"]
+            .iter()
+            .try_for_each(|sub| std::fs::create_dir_all(dir.join(sub)))
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
 async fn sync_pod_inner(
     ctx: &SyncContext,
     state: &mut PodState,
@@ -294,21 +309,19 @@ async fn sync_pod_inner(
 ) -> SyncOutcome {
     let who = podutil::describe(pod);
     let dir = pod_dir(ctx, pod);
-    for sub in ["volumes", "plugins", "containers"] {
-        if let Err(e) = tokio::fs::create_dir_all(dir.join(sub)).await {
-            warn!(pod = %who, error = %e, dir = %dir.display(), "cannot create pod data directory");
-            ctx.recorder.pod_event(
-                pod,
-                None,
-                EventType::Warning,
-                events::FAILED_TO_MAKE_POD_DATA_DIRECTORIES,
-                format!("error making pod data directories: {e}"),
-            );
-            return SyncOutcome {
-                terminal: false,
-                retry_after: Some(ERROR_RETRY),
-            };
-        }
+    if let Err(e) = make_pod_data_dirs(&dir).await {
+        warn!(pod = %who, error = %e, dir = %dir.display(), "cannot create pod data directory");
+        ctx.recorder.pod_event(
+            pod,
+            None,
+            EventType::Warning,
+            events::FAILED_TO_MAKE_POD_DATA_DIRECTORIES,
+            format!("error making pod data directories: {e}"),
+        );
+        return SyncOutcome {
+            terminal: false,
+            retry_after: Some(ERROR_RETRY),
+        };
     }
     // Newer than what the last sync saw (upstream `GetNewerThan(uid, lastSyncTime)`); PLEG
     // usually has it already, else it reads the pod now.
