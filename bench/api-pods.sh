@@ -15,6 +15,8 @@
 #                                 upstream default since 1.27); kubeAPIBurst is 2 x QPS, as
 #                                 upstream's defaults (50/100, 5/10 in 1.20).
 #   RKUBELET=path                 the rkubelet binary (default target/release/rkubelet).
+#   VERBOSITY=n                   both kubelets' `--v` (default 2; at 0 rkubelet logs no
+#                                 "started container" line and the status lag is not shown).
 #   PERF=prefix                   perf record (cpu-clock, DWARF stacks) the kubelet while it starts
 #                                 the pods (prefix-start.data) and stops them (prefix-stop.data).
 #
@@ -23,8 +25,11 @@
 # POSTed as fast as one client can, watched until Running and Ready, then all deleted (grace 5 s)
 # and watched until gone. Latency per pod = watch event showing it Running+Ready minus the time
 # its POST was sent. Both kubelets get the same config file (only fields 1.20 knows) and the same
-# command line; the kubelet's log: /tmp/<kubelet>-apibench-N-qQPS.log. Upstream's kubelet changes
-# kernel tunables (setupKernelTunables) and logs under /var/log/pods: the script puts both back.
+# command line, with `--v=2` unless VERBOSITY says otherwise (the usual production verbosity;
+# rkubelet's "started container" line, read for the status lag, is V(2)); the kubelet's log:
+# /tmp/<kubelet>-apibench-N-qQPS.log.
+# Upstream's kubelet changes kernel tunables (setupKernelTunables) and logs under /var/log/pods:
+# the script puts both back.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,6 +38,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RKUBELET="${RKUBELET:-$REPO_ROOT/target/release/rkubelet}"
 KUBELETS="${KUBELETS:-rkubelet}"
 QPS="${QPS:-50}"
+VERBOSITY="${VERBOSITY:-2}"
 NODE_NAME=apibench
 FIRST_INDEX=70
 CGROUP_ROOT=/rkubelet-apibench # its own kubepods; builds without pod cgroups ignore the flag
@@ -389,7 +395,7 @@ bench_one() {
     "$bin" --config "$cd/kubelet-config.yaml" --kubeconfig "$kc" --node-ip 127.0.0.1 \
         --container-runtime=remote --container-runtime-endpoint "unix://$sock" \
         --root-dir "$cd/kubelet" --hostname-override "$NODE_NAME" \
-        --cgroup-root "$CGROUP_ROOT" >"$logf" 2>&1 &
+        --cgroup-root "$CGROUP_ROOT" --v="$VERBOSITY" >"$logf" 2>&1 &
     CUR_PID=$!
     for ((i = 0; i < 300; i++)); do
         kubectl --kubeconfig "$cp/admin.kubeconfig" get node "$NODE_NAME" \

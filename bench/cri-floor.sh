@@ -37,7 +37,8 @@
 # ratio to that round's floor (paired: the phases of a round are minutes apart, the rounds more).
 # RKUBELET=path and CRI_FLOOR=path pick the binaries (default target/release/...; built if missing).
 # rkubelet runs with its defaults (kubeAPIQPS/kubeAPIBurst as the build honours them) and
-# --cgroup-root /rkubelet-floorbench; its log: /tmp/rkubelet-floorbench-N.log.
+# --cgroup-root /rkubelet-floorbench and --v=2 (the lines read above are V(2)); its log:
+# /tmp/rkubelet-floorbench-N.log.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -89,7 +90,7 @@ start_rkubelet() {
     shift 4
     "$RKUBELET" --config "$CD/kubelet-config.yaml" --node-ip 127.0.0.1 \
         --container-runtime-endpoint "unix://$sock" --root-dir "$CD/kubelet" \
-        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" "$@" >>"$logf" 2>&1 &
+        --hostname-override "$NODE_NAME" --cgroup-root "$CGROUP_ROOT" --v=2 "$@" >>"$logf" 2>&1 &
     CUR_PID=$!
     STARTED_AT=$(date +%s)
     for ((i = 0; i < 300; i++)); do
