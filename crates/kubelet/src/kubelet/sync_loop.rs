@@ -28,11 +28,6 @@ use crate::status::{compute, StatusHandle};
 use crate::types::PodPhase;
 use crate::volumes;
 
-/// The target of this module's per-pod lifecycle lines: klog V(2), as upstream logs its SyncLoop
-/// ADD/REMOVE/DELETE and "Killing container with a grace period" (the mapping: rkubelet's
-/// `logging::filter`). Off at the default `-v=0`, on at the usual production `-v=2`.
-const V2: &str = "kubelet::sync_loop::v2";
-
 const SYNC_TICK: Duration = Duration::from_secs(1);
 /// How long the SyncLoop waits for PLEG's first listing before it handles pods.
 const FIRST_RELIST_WAIT: Duration = Duration::from_secs(10);
@@ -164,12 +159,12 @@ impl<S: PodSyncer> SyncLoop<S> {
             match u.op {
                 PodOp::Add | PodOp::Update => {
                     if u.op == PodOp::Add {
-                        info!(target: V2, pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
+                        info!(target: v2!(), pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod added");
                     }
                     self.add_or_update(uid, pod).await;
                 }
                 PodOp::Remove => {
-                    info!(target: V2, pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
+                    info!(target: v2!(), pod = %podutil::describe(&pod), uid = %uid, source = u.source, "pod removed");
                     self.pods.remove(&uid);
                     self.timeline.forget(&uid);
                     self.workers.unwanted(&uid);
@@ -230,7 +225,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 .metadata
                 .deletion_grace_period_seconds
                 .map(|g| Duration::from_secs(g.max(0) as u64));
-            info!(target: V2, pod = %podutil::describe(&pod), grace = ?grace, "pod deleted in the API; terminating");
+            info!(target: v2!(), pod = %podutil::describe(&pod), grace = ?grace, "pod deleted in the API; terminating");
             self.workers.terminate(pod, grace);
             return;
         }

@@ -14,11 +14,6 @@ use tracing::{info, warn};
 use super::{PodSyncer, SyncOutcome, WorkerEvent};
 use crate::runtime::manager::RuntimePodRef;
 
-/// The target of this module's per-pod lifecycle lines: klog V(2), as upstream logs its SyncLoop
-/// ADD/REMOVE/DELETE and "Killing container with a grace period" (the mapping: rkubelet's
-/// `logging::filter`). Off at the default `-v=0`, on at the usual production `-v=2`.
-const V2: &str = "kubelet::pod_workers::v2";
-
 /// Upstream's pod worker retry period after a failed sync (`backOffPeriod`).
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);
 /// First retry of a failed termination step; doubles up to [`ERROR_RETRY`].
@@ -194,7 +189,7 @@ async fn work<S: PodSyncer>(
                 ) {
                     return;
                 }
-                info!(target: V2, "pod terminated and cleaned up");
+                info!(target: v2!(), "pod terminated and cleaned up");
                 let _ = events.send(WorkerEvent::Finished {
                     uid,
                     pod: Some(pod),

@@ -18,11 +18,6 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-/// The target of this module's per-pod lifecycle lines: klog V(2), as upstream logs its SyncLoop
-/// ADD/REMOVE/DELETE and "Killing container with a grace period" (the mapping: rkubelet's
-/// `logging::filter`). Off at the default `-v=0`, on at the usual production `-v=2`.
-const V2: &str = "kubelet::status::v2";
-
 /// Upstream `syncPeriod` of the status manager.
 pub const RESYNC: Duration = Duration::from_secs(10);
 
@@ -215,7 +210,7 @@ impl Syncer {
                 .await
             {
                 Ok(_) => {
-                    info!(target: V2, pod = %format!("{}/{}", k.namespace, k.name), "pod fully terminated; deleted from the API server");
+                    info!(target: v2!(), pod = %format!("{}/{}", k.namespace, k.name), "pod fully terminated; deleted from the API server");
                     self.written.remove(&k);
                 }
                 Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {

@@ -39,11 +39,6 @@ pub use syncer::Syncer;
 
 pub use crate::types::reasons::{Reason, StartError};
 
-/// The target of this module's per-pod lifecycle lines: klog V(2), as upstream logs its SyncLoop
-/// ADD/REMOVE/DELETE and "Killing container with a grace period" (the mapping: rkubelet's
-/// `logging::filter`). Off at the default `-v=0`, on at the usual production `-v=2`.
-const V2: &str = "kubelet::sync::v2";
-
 /// Handles every pod worker shares; immutable.
 #[derive(Clone)]
 pub struct SyncContext {
@@ -622,7 +617,7 @@ async fn execute(
 
     if actions.kill_pod {
         if actions.create_sandbox {
-            info!(target: V2, pod = %who, "sandbox changed or missing; (re)creating the pod sandbox");
+            info!(target: v2!(), pod = %who, "sandbox changed or missing; (re)creating the pod sandbox");
             if !rt.sandboxes.is_empty() {
                 ctx.recorder.pod_event(
                     pod,
@@ -698,7 +693,7 @@ async fn execute(
                 }
                 crate::metrics::get().started_pods.inc();
                 ctx.timeline.mark(pod, Mark::SandboxCreated);
-                info!(target: V2, pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
+                info!(target: v2!(), pod = %who, sandbox = %id, ip = %ip, attempt = actions.attempt, "created pod sandbox");
                 if !rt.sandboxes.is_empty() {
                     // The replaced sandboxes go with the container GC's next pass, which this
                     // asks for now (upstream waits for its period).
@@ -828,7 +823,7 @@ async fn execute(
                     .with_label_values(&[container_type])
                     .inc();
                 state.reasons.remove(&c.name);
-                info!(target: V2, pod = %who, container = %c.name, id = %id, restart_count, "started container");
+                info!(target: v2!(), pod = %who, container = %c.name, id = %id, restart_count, "started container");
                 if let Some(s) = started.as_mut() {
                     s.containers.push(id);
                 }
@@ -1114,7 +1109,7 @@ pub async fn terminate_pod(
     }
     let rt = ctx.cache.fresh(podutil::uid(pod), state.last_sync).await?;
     let g = grace_override.unwrap_or_else(|| grace(pod));
-    info!(target: V2, pod = %podutil::describe(pod), grace = ?g, "terminating pod");
+    info!(target: v2!(), pod = %podutil::describe(pod), grace = ?g, "terminating pod");
     if state.failure.is_some() {
         // The failure shows at once, before the containers are stopped (upstream writes the
         // pod status of a killed pod before killing it).

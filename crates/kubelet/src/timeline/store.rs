@@ -155,7 +155,7 @@ fn closed(t: &PodTimeline) {
         }
     }
     info!(
-        target: "kubelet::timeline::v2",
+        target: v2!(),
         pod = %format_args!("{}/{}", t.namespace, t.name),
         uid = %t.uid,
         total = %format_args!("{:.3}s", t.total().as_secs_f64()),

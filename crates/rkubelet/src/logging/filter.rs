@@ -12,7 +12,8 @@
 //! | TRACE         | V(5)                  | V(9)                                                |
 //!
 //! klog's V(2) ("useful steady-state information") has no tracing level: an INFO event of our
-//! own crates whose target ends in `::v2` (`info!(target: "kubelet::timeline::v2", ...)`) is V(2).
+//! own crates whose target ends in `::v2` (`info!(target: v2!(), ...)`, the module's path plus
+//! `::v2`) is V(2).
 //!
 //! An event is printed when its V is at most the verbosity of its file: the first `--vmodule`
 //! pattern that matches the file, else `-v` (klog's rule). The decision depends only on the
