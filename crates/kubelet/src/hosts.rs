@@ -119,16 +119,14 @@ pub async fn make_hosts_mount(
         managed_hosts_content(pod_ips, &hostname, &domain, aliases)
     };
     let path = etc_hosts_path(pod_dir);
-    // The write and the chmod in one blocking-pool task, not a thread hand-off for each.
     let file = path.clone();
-    tokio::task::spawn_blocking(move || {
+    crate::blocking::io(move || {
         std::fs::write(&file, content)?;
         // 0644 whatever the umask, as upstream chmods after writing.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
     })
-    .await
-    .map_err(std::io::Error::other)??;
+    .await?;
     Ok(api::Mount {
         container_path: ETC_HOSTS_PATH.into(),
         host_path: path.to_string_lossy().into_owned(),

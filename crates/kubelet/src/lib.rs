@@ -13,6 +13,7 @@ macro_rules! v2 {
 
 pub mod admission;
 pub mod backoff;
+pub mod blocking;
 pub mod certificate;
 pub mod clock;
 pub mod cm;

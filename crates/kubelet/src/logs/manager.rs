@@ -304,15 +304,14 @@ async fn compress_log(log: PathBuf) -> Result<(), LogsError> {
     let gz = PathBuf::from(format!("{}{COMPRESS_SUFFIX}", log.display()));
     let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", gz.display()));
     let (src, t) = (log.clone(), tmp.clone());
-    let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+    let written = crate::blocking::io(move || {
         let mut input = std::fs::File::open(&src)?;
         let out = std::fs::File::create(&t)?;
         let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::default());
         std::io::copy(&mut input, &mut enc)?;
         enc.finish()?.sync_all()
     })
-    .await
-    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    .await;
     if let Err(e) = written {
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(io_err("compress log", &log)(e));

@@ -39,18 +39,17 @@ pub fn container_id_of(symlink: &str) -> Option<&str> {
 
 /// Links `log` from `dir` after a container started. As upstream, no link is made to a log that
 /// does not exist (it would dangle), and a failure is logged, not fatal.
-/// Both calls run in one blocking-pool task, not a thread hand-off for each.
 pub async fn create(dir: &Path, pod: &str, namespace: &str, container: &str, id: &str, log: &Path) {
     let link = symlink_path(dir, pod, namespace, container, id);
     let (target, at) = (log.to_path_buf(), link.clone());
-    let made = tokio::task::spawn_blocking(move || {
+    let made = crate::blocking::io(move || {
         match std::fs::symlink_metadata(&target) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             _ => {}
         }
         std::os::unix::fs::symlink(&target, &at)
     });
-    if let Err(e) = made.await.map_err(std::io::Error::other).and_then(|r| r) {
+    if let Err(e) = made.await {
         warn!(path = %link.display(), container_id = %id, log = %log.display(), error = %e,
             "failed to create container log symlink");
     }

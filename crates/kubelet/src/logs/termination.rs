@@ -49,16 +49,15 @@ pub async fn create_file(root_dir: &Path, pod: &Pod, c: &Container) -> Option<Pa
     let dir = pod_container_dir(root_dir, pod, &c.name);
     // The pod and container name make the directory unique; a random ID tells instances apart.
     let path = dir.join(format!("{:08x}", fastrand::u32(..)));
-    // One blocking-pool task for the three calls, not a thread hand-off for each.
     let file = path.clone();
-    let made = tokio::task::spawn_blocking(move || {
+    let made = crate::blocking::io(move || {
         std::fs::create_dir_all(&dir)?;
         std::fs::File::create(&file)?;
         // Set after creation: the umask applies to the mode given to open(2).
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
     });
-    match made.await.map_err(std::io::Error::other).and_then(|r| r) {
+    match made.await {
         Ok(()) => Some(path),
         Err(e) => {
             warn!(path = %path.display(), error = %e, "error on creating termination-log file");

@@ -287,18 +287,15 @@ pub async fn sync_pod(
 }
 
 /// The pod's data directories (upstream `makePodDataDirs`), made on every sync as upstream does
-/// so one removed behind the kubelet's back comes back. One blocking-pool task for the three:
-/// each `tokio::fs` call is a hand-off to another thread and back, and a sync makes them for
-/// every pod.
+/// so one removed behind the kubelet's back comes back; one blocking task for the three.
 async fn make_pod_data_dirs(dir: &Path) -> std::io::Result<()> {
     let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
+    crate::blocking::io(move || {
         ["volumes", "plugins", "containers"]
             .iter()
             .try_for_each(|sub| std::fs::create_dir_all(dir.join(sub)))
     })
     .await
-    .map_err(std::io::Error::other)?
 }
 
 async fn sync_pod_inner(
