@@ -196,6 +196,24 @@ impl CgroupManager for FakeManager {
         }
     }
 
+    /// As the kernel's rmdir: refused while a process or a child cgroup is in it.
+    fn remove_if_empty(&self, name: &CgroupName) -> bool {
+        let mut s = self.state();
+        s.calls
+            .push(format!("remove_if_empty {}", name.to_cgroupfs()));
+        if Self::check(&s, "remove_if_empty", name).is_err() {
+            return false;
+        }
+        let child = s.cgroups.keys().any(|n| n != name && n.is_within(name));
+        if child || !Self::subtree_pids(&s, name).is_empty() {
+            return false;
+        }
+        s.cgroups.remove(name);
+        s.usage.remove(name);
+        s.pids.remove(name);
+        true
+    }
+
     fn destroy(&self, name: &CgroupName) -> Result<(), Error> {
         let mut s = self.state();
         s.calls.push(format!("destroy {}", name.to_cgroupfs()));

@@ -151,6 +151,16 @@ pub(crate) fn remove_tree(dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// One rmdir, no retry and no walk: true when `dir` is gone (removed now or missing). Any
+/// refusal (EBUSY: a process or a child cgroup in it; ENOTEMPTY on a plain tree) is false, and
+/// the caller takes the slow path.
+pub(crate) fn rmdir_once(dir: &Path) -> bool {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == ErrorKind::NotFound,
+    }
+}
+
 fn rmdir_retrying(dir: &Path) -> Result<(), Error> {
     let mut delay = Duration::from_millis(10);
     let mut attempt = 0;
@@ -316,6 +326,21 @@ mod tests {
             err.starts_with(&format!("write {} = 5: ", missing.display())),
             "{err}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn rmdir_once_is_true_only_when_the_dir_is_gone() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let top = dir.path().join("a");
+        std::fs::create_dir_all(top.join("b"))?;
+        assert!(!rmdir_once(&top), "a dir with a child dir is refused");
+        assert!(top.join("b").is_dir());
+        assert!(rmdir_once(&top.join("b")));
+        assert!(!top.join("b").exists());
+        assert!(rmdir_once(&top.join("b")), "a missing dir is gone");
+        assert!(rmdir_once(&top));
+        assert!(!top.exists());
         Ok(())
     }
 

@@ -297,6 +297,16 @@ impl CgroupManager for V1Manager {
         first.map_or(Ok(()), Err)
     }
 
+    /// Every hierarchy is tried, so one that refused leaves no other half-removed for long: the
+    /// caller's kill and destroy then find the cgroup only where it still is.
+    fn remove_if_empty(&self, name: &CgroupName) -> bool {
+        let mut all = true;
+        for dir in self.all_paths(name) {
+            all &= fsio::rmdir_once(&dir);
+        }
+        all
+    }
+
     /// The union over every hierarchy: a process moved into one hierarchy only (by hand, or a
     /// crash half-way through runc's placement) still keeps that one busy and must be found.
     fn pids(&self, name: &CgroupName) -> Result<Vec<i32>, Error> {

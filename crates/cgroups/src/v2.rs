@@ -210,6 +210,10 @@ impl CgroupManager for V2Manager {
         fsio::remove_tree(&self.path(name))
     }
 
+    fn remove_if_empty(&self, name: &CgroupName) -> bool {
+        fsio::rmdir_once(&self.path(name))
+    }
+
     fn pids(&self, name: &CgroupName) -> Result<Vec<i32>, Error> {
         fsio::pids_recursive(&self.path(name))
     }

@@ -235,6 +235,21 @@ fn create_limit_move_kill_destroy_on_real_v1() {
     any.usage(&CgroupName::root())
         .unwrap_or_else(|e| panic!("usage of the root: {e}"));
 
+    // A process in it, and a child cgroup under the top: the kernel refuses each rmdir and
+    // nothing is removed.
+    assert!(!any.remove_if_empty(&name), "removed with a process in it");
+    assert!(
+        !any.remove_if_empty(&top),
+        "removed with a child cgroup in it"
+    );
+    for dir in guard.dirs.iter() {
+        assert!(
+            dir.is_dir(),
+            "{} went though the kernel refused",
+            dir.display()
+        );
+    }
+
     let killed = any
         .kill_all(&top)
         .unwrap_or_else(|e| panic!("kill_all: {e}"));
@@ -253,6 +268,17 @@ fn create_limit_move_kill_destroy_on_real_v1() {
         .pids(&top)
         .unwrap_or_else(|e| panic!("pids: {e}"))
         .is_empty());
+
+    // Empty now: one rmdir per hierarchy removes it, and leaves its parent.
+    assert!(
+        any.remove_if_empty(&name),
+        "an empty cgroup was not removed"
+    );
+    for dir in v1.all_paths(&name) {
+        assert!(!dir.exists(), "{} is still there", dir.display());
+    }
+    assert!(any.exists(&top));
+    assert!(any.remove_if_empty(&name), "a gone cgroup is gone");
 
     any.destroy(&top).unwrap_or_else(|e| panic!("destroy: {e}"));
     for dir in guard.dirs.iter() {

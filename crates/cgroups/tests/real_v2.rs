@@ -159,6 +159,15 @@ fn create_move_kill_destroy_on_the_hybrid_unified_mount() {
         assert!(mgr.hugetlb_page_sizes().is_empty());
     }
 
+    // A process in it, and a child cgroup under the top: the kernel refuses each rmdir and
+    // nothing is removed.
+    assert!(!mgr.remove_if_empty(&name), "removed with a process in it");
+    assert!(
+        !mgr.remove_if_empty(&top),
+        "removed with a child cgroup in it"
+    );
+    assert!(mgr.path(&name).is_dir() && mgr.path(&top).is_dir());
+
     let killed = mgr
         .kill_all(&top)
         .unwrap_or_else(|e| panic!("kill_all: {e}"));
@@ -177,6 +186,15 @@ fn create_move_kill_destroy_on_the_hybrid_unified_mount() {
         .pids(&top)
         .unwrap_or_else(|e| panic!("pids: {e}"))
         .is_empty());
+
+    // Empty now: one rmdir per hierarchy removes it, and leaves its parent.
+    assert!(
+        mgr.remove_if_empty(&name),
+        "an empty cgroup was not removed"
+    );
+    assert!(!mgr.path(&name).exists(), "the empty cgroup is still there");
+    assert!(mgr.exists(&top));
+    assert!(mgr.remove_if_empty(&name), "a gone cgroup is gone");
 
     mgr.destroy(&top).unwrap_or_else(|e| panic!("destroy: {e}"));
     assert!(!mgr.path(&name).exists() && !mgr.path(&top).exists());

@@ -737,13 +737,58 @@ async fn pod_cgroup_made_before_the_sandbox_and_removed_before_it() {
     let reduce = calls
         .iter()
         .position(|c| c.starts_with("update /kubepods/poduid-web"));
-    let destroy = calls
-        .iter()
-        .position(|c| c.starts_with("destroy /kubepods/poduid-web"));
+    let destroy = calls.iter().position(|c| {
+        c.starts_with("remove_if_empty /kubepods/poduid-web")
+            || c.starts_with("destroy /kubepods/poduid-web")
+    });
     assert!(
         matches!((reduce, destroy), (Some(r), Some(d)) if r < d),
         "cpu shares reduced once stopped, then destroyed: {calls:#?}"
     );
+    h.stop().await;
+}
+
+/// A deleted pod's empty cgroup goes with one rmdir per hierarchy and nothing is killed; one
+/// that still holds a process (left by a crashed shim, say) is killed and destroyed, as upstream
+/// `podContainerManagerImpl.Destroy` does.
+#[tokio::test(start_paused = true)]
+async fn pod_cgroup_goes_by_rmdir_when_empty_and_is_killed_when_not() {
+    use cgroups::CgroupManager;
+    let h = Harness::start().await;
+    let kubepods = cgroups::CgroupName::new(["kubepods"]);
+    let c = guaranteed(container("app"), "100m", "16Mi");
+    h.run_app(pod("empty", "uid-empty", vec![c.clone()])).await;
+    h.run_app(pod("left", "uid-left", vec![c])).await;
+    let (empty_cg, left_cg) = (
+        kubepods.child("poduid-empty"),
+        kubepods.child("poduid-left"),
+    );
+    assert!(h.cgroups.exists(&empty_cg) && h.cgroups.exists(&left_cg));
+    h.cgroups.set_pids(&left_cg.child("stray"), vec![4242]);
+    h.want(vec![]).await;
+    let start = Instant::now();
+    while h.cgroups.exists(&empty_cg) || h.cgroups.exists(&left_cg) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "pod cgroups still there: {:#?}",
+            h.cgroups.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls = h.cgroups.calls();
+    let has = |c: &str| calls.iter().any(|x| x == c);
+    assert!(has("remove_if_empty /kubepods/poduid-empty"), "{calls:#?}");
+    assert!(
+        !has("kill_all /kubepods/poduid-empty") && !has("destroy /kubepods/poduid-empty"),
+        "an empty cgroup is neither walked nor killed: {calls:#?}"
+    );
+    for c in [
+        "remove_if_empty /kubepods/poduid-left",
+        "kill_all /kubepods/poduid-left",
+        "destroy /kubepods/poduid-left",
+    ] {
+        assert!(has(c), "{c} missing: {calls:#?}");
+    }
     h.stop().await;
 }
 
