@@ -3,7 +3,7 @@
 //! admits new pods, and hands work to the pod workers, whose lifecycle table holds everything
 //! else about a pod. Everything that waits on the runtime happens in workers, so it never blocks.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,8 +40,9 @@ pub struct SyncLoop<S: PodSyncer> {
     /// `podHousekeepingPeriod` (upstream's `housekeepingPeriod`, 2 s).
     pub housekeeping_period: Duration,
     pub root_dir: PathBuf,
-    /// Upstream's pod manager: what the sources want, by UID.
-    pub pods: HashMap<String, Arc<Pod>>,
+    /// Upstream's pod manager: what the sources want, by UID. Ordered, so the active pods are
+    /// published in UID order as they are read, without a sort on every pod event.
+    pub pods: BTreeMap<String, Arc<Pod>>,
     pub seen_sources: HashSet<&'static str>,
     pub expected_sources: HashSet<&'static str>,
     pub workers: PodWorkers<S>,
@@ -320,13 +321,13 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// The active pods ([`Self::is_active`]) for the eviction manager and the pod-resources API.
     fn publish_active_pods(&self) {
-        let mut active: Vec<Arc<Pod>> = self
+        // In UID order: `pods` is keyed by it.
+        let active: Vec<Arc<Pod>> = self
             .pods
             .iter()
             .filter(|(uid, p)| self.is_active(uid, p))
             .map(|(_, p)| p.clone())
             .collect();
-        active.sort_by(|a, b| podutil::uid(a).cmp(podutil::uid(b)));
         self.active_pods.send_if_modified(|cur| {
             let same = cur.len() == active.len()
                 && cur.iter().zip(&active).all(|(a, b)| Arc::ptr_eq(a, b));

@@ -2,7 +2,7 @@
 //! tasks into the kubelet's task set and returns the handles the next area needs. `run_with`
 //! only calls them in start-up order (upstream `NewMainKubelet` + `Run`, without the globals).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -922,7 +922,7 @@ impl Wiring<'_> {
             sync_frequency: self.cfg.sync_frequency,
             housekeeping_period: self.cfg.pod_housekeeping_period,
             root_dir: self.cfg.root_dir.clone(),
-            pods: HashMap::new(),
+            pods: BTreeMap::new(),
             seen_sources: HashSet::new(),
             expected_sources: sources.expected,
             workers,
