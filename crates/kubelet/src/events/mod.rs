@@ -33,8 +33,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::Resource;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -241,13 +242,14 @@ impl WriteError {
 }
 
 /// Where events go (upstream `EventSink`); a trait so the retry logic is testable without a server.
+/// Each write answers with what the correlator keeps of the server's event, not the event.
 trait EventSink {
-    fn create(&self, event: &Event) -> impl Future<Output = Result<Event, kube::Error>> + Send;
+    fn create(&self, event: &Event) -> impl Future<Output = Result<EventLog, kube::Error>> + Send;
     fn patch(
         &self,
         event: &Event,
         patch: &serde_json::Value,
-    ) -> impl Future<Output = Result<Event, kube::Error>> + Send;
+    ) -> impl Future<Output = Result<EventLog, kube::Error>> + Send;
 }
 
 fn event_namespace(e: &Event) -> &str {
@@ -258,25 +260,41 @@ fn event_namespace(e: &Event) -> &str {
         .unwrap_or("default")
 }
 
-/// core/v1 events through `Api<Event>` (upstream `EventSinkImpl` over `CoreV1().Events("")`).
+/// core/v1 events (upstream `EventSinkImpl` over `CoreV1().Events("")`). The requests are the ones
+/// `Api<Event>::create` and `::patch` send; the answer is parsed as an [`EventLog`] only.
 struct ApiSink {
     client: Client,
 }
 
+/// The request builder for events in `event`'s namespace (what `Api::<Event>::namespaced` holds).
+fn events_of(event: &Event) -> kube::core::Request {
+    kube::core::Request::new(Event::url_path(&(), Some(event_namespace(event))))
+}
+
 impl EventSink for ApiSink {
-    async fn create(&self, event: &Event) -> Result<Event, kube::Error> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), event_namespace(event));
-        api.create(&PostParams::default(), event).await
+    async fn create(&self, event: &Event) -> Result<EventLog, kube::Error> {
+        let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
+        let mut req = events_of(event)
+            .create(&PostParams::default(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("create");
+        self.client.request(req).await
     }
 
-    async fn patch(&self, event: &Event, patch: &serde_json::Value) -> Result<Event, kube::Error> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), event_namespace(event));
-        api.patch(
-            s(&event.metadata.name),
-            &PatchParams::default(),
-            &Patch::Strategic(patch),
-        )
-        .await
+    async fn patch(
+        &self,
+        event: &Event,
+        patch: &serde_json::Value,
+    ) -> Result<EventLog, kube::Error> {
+        let mut req = events_of(event)
+            .patch(
+                s(&event.metadata.name),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("patch");
+        self.client.request(req).await
     }
 }
 
@@ -471,7 +489,7 @@ impl EventRecorder {
         loop {
             let err = match self.write(sink, &mut c, cancel).await {
                 Ok(server) => {
-                    self.correlator.update_state(&c.key, &server);
+                    self.correlator.update_state(&c.key, server);
                     return;
                 }
                 Err(e) => e,
@@ -515,7 +533,7 @@ impl EventRecorder {
         sink: &S,
         c: &mut Correlated,
         cancel: &CancellationToken,
-    ) -> Result<Event, WriteError> {
+    ) -> Result<EventLog, WriteError> {
         if let Write::Patch(patch) = &c.write {
             self.throttle(cancel).await?;
             match sink.patch(&c.event, patch).await {

@@ -142,7 +142,7 @@ fn server_state_is_remembered() {
         .unwrap();
     let mut server = first.event.clone();
     server.metadata.resource_version = Some("42".into());
-    c.update_state(&first.key, &server);
+    c.update_state(&first.key, EventLog::of(&server));
     let second = c
         .correlate(ev("web", FAILED_SYNC, "boom", at(1)), at(1))
         .unwrap();
@@ -372,7 +372,7 @@ impl Fake {
 }
 
 impl EventSink for Arc<Fake> {
-    async fn create(&self, event: &Event) -> Result<Event, kube::Error> {
+    async fn create(&self, event: &Event) -> Result<EventLog, kube::Error> {
         self.calls.lock().unwrap().push(Call::Create(
             s(&event.metadata.name).to_string(),
             event.count,
@@ -380,16 +380,20 @@ impl EventSink for Arc<Fake> {
         self.outcome()?;
         let mut e = event.clone();
         e.metadata.resource_version = Some("1".into());
-        Ok(e)
+        Ok(EventLog::of(&e))
     }
 
-    async fn patch(&self, event: &Event, patch: &serde_json::Value) -> Result<Event, kube::Error> {
+    async fn patch(
+        &self,
+        event: &Event,
+        patch: &serde_json::Value,
+    ) -> Result<EventLog, kube::Error> {
         self.calls.lock().unwrap().push(Call::Patch(
             s(&event.metadata.name).to_string(),
             patch.clone(),
         ));
         self.outcome()?;
-        Ok(event.clone())
+        Ok(EventLog::of(event))
     }
 }
 
@@ -514,4 +518,114 @@ async fn standalone_drains_and_stops_when_handles_drop() {
     );
     drop(h);
     r.run(CancellationToken::new()).await;
+}
+
+/// The server's answer is read for what the correlator keeps, and only that: the whole event as
+/// an API server returns it (managedFields and all) gives the same [`EventLog`] as the parsed
+/// `Event` would; a missing count is 1, as upstream's `eventLog` of a first write.
+#[test]
+fn the_answer_to_a_write_is_read_for_its_log_only() {
+    let answer = r#"{"kind":"Event","apiVersion":"v1",
+        "metadata":{"name":"web.17979cfe3d85cd15","namespace":"ns","uid":"e1",
+          "resourceVersion":"4711","creationTimestamp":"2026-12-05T04:00:00Z",
+          "managedFields":[{"manager":"rkubelet","operation":"Update","apiVersion":"v1",
+            "time":"2026-12-05T04:00:00Z","fieldsType":"FieldsV1",
+            "fieldsV1":{"f:count":{},"f:involvedObject":{"f:name":{}}}}]},
+        "involvedObject":{"kind":"Pod","namespace":"ns","name":"web","uid":"uid-web",
+          "fieldPath":"spec.containers{main}"},
+        "reason":"BackOff","message":"back-off","source":{"component":"kubelet","host":"node-a"},
+        "firstTimestamp":"2026-12-05T03:59:00Z","lastTimestamp":"2026-12-05T04:00:00Z",
+        "count":3,"type":"Warning","eventTime":null,"reportingComponent":"kubelet",
+        "reportingInstance":"node-a"}"#;
+    let full: Event = serde_json::from_str(answer).expect("an event");
+    let log: EventLog = serde_json::from_str(answer).expect("its log");
+    assert_eq!(log, EventLog::of(&full));
+    assert_eq!(
+        (
+            log.count,
+            log.name.as_str(),
+            log.resource_version.as_deref()
+        ),
+        (3, "web.17979cfe3d85cd15", Some("4711"))
+    );
+    assert!(log.first_timestamp.is_some());
+    let first: EventLog =
+        serde_json::from_str(r#"{"metadata":{"name":"a.1","resourceVersion":"9"}}"#).expect("log");
+    assert_eq!((first.count, first.first_timestamp), (1, None));
+}
+
+/// The API sink sends what `Api<Event>` sends (POST to the event's namespace, a strategic-merge
+/// PATCH of the named event) and gives back the server's log, or its Status as `kube::Error::Api`
+/// (a patch of an expired event is NotFound, which the recorder turns into a create).
+#[tokio::test]
+async fn the_api_sink_keeps_the_requests_and_errors() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+        let log = log.clone();
+        async move {
+            let ct = req
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string();
+            let (parts, body) = req.into_parts();
+            let body = http_body_util::BodyExt::collect(body)
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                .unwrap_or_default();
+            let path = parts.uri.path().to_string();
+            log.lock()
+                .expect("log")
+                .push(format!("{} {path} {ct} {body}", parts.method));
+            let (code, answer) = if path.ends_with("/expired") {
+                (
+                    404,
+                    r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#,
+                )
+            } else {
+                (
+                    200,
+                    r#"{"metadata":{"name":"web.1","resourceVersion":"12"},"count":2,"message":"m"}"#,
+                )
+            };
+            let mut res =
+                hyper::Response::new(kube::client::Body::from(answer.as_bytes().to_vec()));
+            *res.status_mut() = hyper::StatusCode::from_u16(code).expect("code");
+            Ok::<_, std::convert::Infallible>(res)
+        }
+    });
+    let sink = ApiSink {
+        client: Client::new(svc, "default"),
+    };
+    let event = ev("web", BACK_OFF_START_CONTAINER, "back-off", at(0));
+    let written = sink.create(&event).await.expect("created");
+    assert_eq!(
+        (written.count, written.name.as_str()),
+        (2, "web.1"),
+        "the server's answer"
+    );
+    let patch = serde_json::json!({"count": 2});
+    sink.patch(&event, &patch).await.expect("patched");
+    let mut expired = event.clone();
+    expired.metadata.name = Some("expired".into());
+    match sink.patch(&expired, &patch).await {
+        Err(kube::Error::Api(st)) => assert!(st.is_not_found(), "{st:?}"),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    let seen = seen.lock().expect("log").clone();
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    let (post, body) = seen[0].split_at(seen[0].find(" {").expect("a body"));
+    assert_eq!(post, "POST /api/v1/namespaces/ns/events application/json");
+    let sent: Event = serde_json::from_str(body.trim()).expect("an event was sent");
+    assert_eq!(sent, event);
+    assert_eq!(
+        seen[1],
+        format!(
+            "PATCH /api/v1/namespaces/ns/events/{} application/strategic-merge-patch+json {{\"count\":2}}",
+            s(&event.metadata.name)
+        )
+    );
+    assert!(seen[2].starts_with("PATCH /api/v1/namespaces/ns/events/expired "));
 }
