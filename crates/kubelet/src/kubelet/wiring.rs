@@ -941,6 +941,7 @@ impl Wiring<'_> {
             timeline,
             csi,
             heap_released_at: 0,
+            static_published: None,
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,

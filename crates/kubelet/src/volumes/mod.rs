@@ -723,13 +723,60 @@ pub fn tear_down_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
 /// Tears the pod's volumes down, then removes its directory. The directory is removed only once
 /// nothing is mounted below it, so a volume's content (a hostPath's above all) is never deleted
 /// through a mount.
+///
+/// By then the volumes are usually gone (`tear_down_volumes` ran when the pod terminated), so
+/// the removal itself asks the kernel about each entry before it goes ([`remove_unmounted`]):
+/// one walk instead of a walk to prove nothing is mounted and a second to remove. At the first
+/// entry it cannot vouch for, it stops and the teardown below does it the exact way.
 pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
+    if remove_unmounted(pod_dir, 0) {
+        return Ok(());
+    }
     tear_down_pod(pod_dir)?;
     match std::fs::remove_dir_all(pod_dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io("remove pod directory", pod_dir)(e)),
     }
+}
+
+/// Deeper trees are left to [`remove_pod_dir`]'s exact way (no unbounded recursion).
+const REMOVE_DEPTH_LIMIT: usize = 32;
+
+/// Removes `dir` and everything below it, as `remove_dir_all`, but asks the kernel whether each
+/// entry is a mount root ([`is_mount_root`], the same question [`nothing_mounted_below`] asks)
+/// before unlinking it or entering it. True when `dir` is gone. False, with part of the tree
+/// left, at the first entry that is a mount root or that the kernel does not vouch for, or at
+/// any error: nothing inside a mount is ever touched, what was removed before it was the pod's
+/// own, and the caller's exact way reports the error, if it is one.
+fn remove_unmounted(dir: &Path, depth: usize) -> bool {
+    let gone = |r: std::io::Result<()>| match r {
+        Ok(()) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    };
+    if depth > REMOVE_DEPTH_LIMIT {
+        return false;
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
+    };
+    for entry in entries {
+        let Ok(entry) = entry else { return false };
+        let path = entry.path();
+        if is_mount_root(&path) != Some(false) {
+            return false;
+        }
+        let removed = match entry.file_type() {
+            Ok(t) if t.is_dir() => remove_unmounted(&path, depth + 1),
+            Ok(_) => gone(std::fs::remove_file(&path)),
+            Err(_) => false,
+        };
+        if !removed {
+            return false;
+        }
+    }
+    gone(std::fs::remove_dir(dir))
 }
 
 /// The UIDs that have a directory under `<root-dir>/pods`.

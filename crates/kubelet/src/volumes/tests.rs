@@ -420,6 +420,56 @@ fn bind_mount_below_a_pod_dir_is_found_and_unmounted() {
     );
 }
 
+/// A pod directory without mounts goes in the one walk that asks about each entry (a file, a
+/// symlink, nested directories); one with a mount below stops that walk at the mount, untouched.
+#[test]
+fn removal_walk_removes_plain_trees_and_stops_at_a_mount() {
+    use nix::mount::{mount, umount, MsFlags};
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = tmp.path().join("pods/uid-3");
+    std::fs::create_dir_all(plain.join("containers/c/d")).unwrap();
+    std::fs::write(plain.join("etc-hosts"), "").unwrap();
+    std::fs::write(plain.join("containers/c/d/0"), "log").unwrap();
+    std::os::unix::fs::symlink(tmp.path(), plain.join("link")).unwrap();
+    assert!(remove_unmounted(&plain, 0), "a plain tree goes in one walk");
+    assert!(!plain.exists());
+    assert!(tmp.path().exists(), "a symlink is removed, not followed");
+    assert!(
+        remove_unmounted(&plain, 0),
+        "a directory already gone is gone"
+    );
+
+    let mounted = tmp.path().join("pods/uid-4");
+    let target = mounted.join("volumes/kubernetes.io~local-volume/pv");
+    std::fs::create_dir_all(&target).unwrap();
+    let source = tmp.path().join("pv-data");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("keep"), "precious").unwrap();
+    mount(
+        Some(&source),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    assert!(
+        !remove_unmounted(&mounted, 0),
+        "the walk stops at the mount"
+    );
+    assert!(target.exists());
+    assert_eq!(
+        std::fs::read_to_string(target.join("keep")).unwrap(),
+        "precious"
+    );
+    umount(&target).unwrap();
+    assert!(remove_unmounted(&mounted, 0));
+    assert_eq!(
+        std::fs::read_to_string(source.join("keep")).unwrap(),
+        "precious"
+    );
+}
+
 #[test]
 fn memory_empty_dir_is_capped_by_the_pod_limit() {
     use super::empty_dir::{memory_size, pod_memory_limit};
