@@ -18,7 +18,8 @@
 #   VERBOSITY=n                   both kubelets' `--v` (default 2; at 0 rkubelet logs no
 #                                 "started container" line and the status lag is not shown).
 #   PERF=prefix                   perf record (cpu-clock, DWARF stacks) the kubelet while it starts
-#                                 the pods (prefix-start.data) and stops them (prefix-stop.data).
+#                                 the pods (prefix-start.data), idles with them (prefix-idle.data)
+#                                 and stops them (prefix-stop.data).
 #
 # Per N, kubelet and QPS: a fresh control plane (audit log on, to count the node's requests), a
 # fresh private containerd (INDEX 70, 71, ...), the kubelet with node credentials, then N pods
@@ -116,7 +117,8 @@ def cpu_s(p=None):
     return sum(cpu_us(p))
 
 # PERF=prefix: perf record (cpu-clock, DWARF stacks) of the kubelet while it starts the pods
-# (prefix-start.data) and while it stops them (prefix-stop.data). For finding where CPU goes;
+# (prefix-start.data), while it idles with them (prefix-idle.data) and while it stops them
+# (prefix-stop.data). For finding where CPU goes;
 # perf's own overhead inflates the CPU figures of that run.
 PERF = os.environ.get("PERF")
 def perf_start(phase):
@@ -232,7 +234,9 @@ with lock:
     lag = [running_at[k] + wall - started[k] for k in running_at if k in started]
 
 IDLE = 20
+perf = perf_start("idle")
 time.sleep(IDLE)
+perf_stop(perf)
 rss2, _ = rss_kib(); cpu2 = cpu_s(); ccpu2 = cpu_s(cpid); us2 = cpu_us()
 perf = perf_start("stop")
 audit2 = audit_counts(); cri2 = cri_counts()
