@@ -421,11 +421,19 @@ impl ContainerManager {
     /// hierarchy is tried first and the kernel says whether anything is left: only a cgroup it
     /// refused is walked, killed and destroyed as upstream does. The end state is the same; at
     /// 100 pods deleted, the walk was 13% of the kubelet's CPU to stop them (perf).
-    pub async fn destroy_pod(&self, uid: &str) -> Result<(), CmError> {
+    ///
+    /// With the pod's spec (`pod`), only its own QoS tier's cgroup is removed, as upstream's
+    /// `GetPodContainerName` names it: a pod's QoS class cannot change, so the other two tiers
+    /// never hold it, and asking them was two failed rmdirs per hierarchy per pod. Without it (a
+    /// pod only the runtime knows, an orphan) every tier is tried.
+    pub async fn destroy_pod(&self, uid: &str, pod: Option<&Pod>) -> Result<(), CmError> {
         let Some(mgr) = self.inner.cgroups.clone() else {
             return Ok(());
         };
-        let candidates = self.inner.names.candidates(uid);
+        let candidates = match pod {
+            Some(p) => vec![self.inner.names.pod(p)],
+            None => self.inner.names.candidates(uid).to_vec(),
+        };
         let uid = uid.to_string();
         blocking(move || {
             // Not only where `exists` (every hierarchy) holds: a cgroup half made or half
@@ -485,7 +493,7 @@ impl ContainerManager {
         .await
         .unwrap_or_default();
         for uid in orphans {
-            match self.destroy_pod(&uid).await {
+            match self.destroy_pod(&uid, None).await {
                 Ok(()) => info!(uid = %uid, "removed orphaned pod cgroup"),
                 Err(e) => warn!(uid = %uid, error = %e, "cannot remove orphaned pod cgroup"),
             }

@@ -789,6 +789,12 @@ async fn pod_cgroup_goes_by_rmdir_when_empty_and_is_killed_when_not() {
     ] {
         assert!(has(c), "{c} missing: {calls:#?}");
     }
+    assert!(
+        !calls
+            .iter()
+            .any(|x| x.contains("/burstable/poduid-") || x.contains("/besteffort/poduid-")),
+        "a known pod's cgroup is looked for in its own QoS tier only: {calls:#?}"
+    );
     h.stop().await;
 }
 

@@ -1207,7 +1207,7 @@ pub async fn cleanup_pod(
     let since = state.last_sync.filter(|_| !state.start_dropped);
     let rt = stop_in_runtime(ctx, &id, Duration::from_secs(2), since).await?;
     if !state.reclaimed {
-        remove_pod_cgroup(ctx, &id.uid).await;
+        remove_pod_cgroup(ctx, &id.uid, Some(pod)).await;
         if pod.metadata.deletion_timestamp.is_some() {
             ctx.status.terminated(pod.clone()).await;
         }
@@ -1225,8 +1225,9 @@ pub async fn cleanup_pod(
 
 /// The pod's cgroup goes once its containers are gone (upstream destroys it in housekeeping;
 /// here at once, and housekeeping catches what fails). A failure is logged, not returned.
-pub async fn remove_pod_cgroup(ctx: &SyncContext, uid: &str) {
-    if let Err(e) = ctx.cm.destroy_pod(uid).await {
+/// `pod`: its spec when known, which names the one cgroup it has ([`crate::cm::ContainerManager::destroy_pod`]).
+pub async fn remove_pod_cgroup(ctx: &SyncContext, uid: &str, pod: Option<&Pod>) {
+    if let Err(e) = ctx.cm.destroy_pod(uid, pod).await {
         warn!(uid = %uid, error = %e, "cannot remove pod cgroup; housekeeping retries");
     }
 }

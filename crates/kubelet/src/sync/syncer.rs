@@ -61,7 +61,7 @@ impl PodSyncer for Syncer {
         // Only the runtime knows this pod: everything it has now.
         remove_from_runtime(&self.ctx, pod, grace, None).await?;
         remove_pod_dir(&self.ctx, pod).await;
-        remove_pod_cgroup(&self.ctx, &pod.uid).await;
+        remove_pod_cgroup(&self.ctx, &pod.uid, None).await;
         Ok(())
     }
 
