@@ -94,30 +94,44 @@ fn is_plain_dir(dir: Option<&Path>) -> bool {
 }
 
 /// `mkdir -p`: the directories it created, outermost first.
+///
+/// mkdir first, as std's `create_dir_all`: a pod cgroup's parent tier exists, so the usual
+/// case is one mkdir per hierarchy. Stat'ing the directory and its parent first cost two more
+/// kernfs path walks per hierarchy per pod (strace: 20 per pod on a v1 node).
 pub(crate) fn mkdir_all(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut missing = Vec::new();
-    let mut cur = Some(dir);
-    while let Some(d) = cur {
-        if d.is_dir() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cur = d.parent();
-    }
-    missing.reverse();
-    for d in &missing {
-        match std::fs::create_dir(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(Error::Mkdir {
-                    path: d.clone(),
-                    source,
-                })
+    let mkdir_err = |d: &Path, source| Error::Mkdir {
+        path: d.to_path_buf(),
+        source,
+    };
+    // Deepest first: the directories whose parent was missing.
+    let mut pending: Vec<&Path> = Vec::new();
+    let mut created = Vec::new();
+    let mut cur = dir;
+    loop {
+        match std::fs::create_dir(cur) {
+            Ok(()) => {
+                created.push(cur.to_path_buf());
+                break;
             }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => break,
+            Err(e) if e.kind() == ErrorKind::NotFound => match cur.parent() {
+                Some(p) if !p.as_os_str().is_empty() => {
+                    pending.push(cur);
+                    cur = p;
+                }
+                _ => return Err(mkdir_err(cur, e)),
+            },
+            Err(e) => return Err(mkdir_err(cur, e)),
         }
     }
-    Ok(missing)
+    for d in pending.into_iter().rev() {
+        match std::fs::create_dir(d) {
+            Ok(()) => created.push(d.to_path_buf()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(mkdir_err(d, e)),
+        }
+    }
+    Ok(created)
 }
 
 /// All directories at and below `dir`, deepest first (a missing `dir` gives none).
