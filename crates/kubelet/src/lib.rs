@@ -58,6 +58,9 @@ pub mod token;
 pub mod types;
 pub mod volumes;
 
+#[cfg(test)]
+mod testutil;
+
 // The configuration is its own leaf crate; these keep `crate::config::...` and `kubelet::flags`
 // working for the modules and the binary that name them.
 pub use kubelet_config::{config, flags};

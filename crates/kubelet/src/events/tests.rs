@@ -559,46 +559,20 @@ fn the_answer_to_a_write_is_read_for_its_log_only() {
 /// (a patch of an expired event is NotFound, which the recorder turns into a create).
 #[tokio::test]
 async fn the_api_sink_keeps_the_requests_and_errors() {
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let log = seen.clone();
-    let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
-        let log = log.clone();
-        async move {
-            let ct = req
-                .headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-")
-                .to_string();
-            let (parts, body) = req.into_parts();
-            let body = http_body_util::BodyExt::collect(body)
-                .await
-                .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-                .unwrap_or_default();
-            let path = parts.uri.path().to_string();
-            log.lock()
-                .expect("log")
-                .push(format!("{} {path} {ct} {body}", parts.method));
-            let (code, answer) = if path.ends_with("/expired") {
-                (
-                    404,
-                    r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#,
-                )
-            } else {
-                (
-                    200,
-                    r#"{"metadata":{"name":"web.1","resourceVersion":"12"},"count":2,"message":"m"}"#,
-                )
-            };
-            let mut res =
-                hyper::Response::new(kube::client::Body::from(answer.as_bytes().to_vec()));
-            *res.status_mut() = hyper::StatusCode::from_u16(code).expect("code");
-            Ok::<_, std::convert::Infallible>(res)
+    let (client, seen) = crate::testutil::scripted_client(|path| {
+        if path.ends_with("/expired") {
+            (
+                404,
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#,
+            )
+        } else {
+            (
+                200,
+                r#"{"metadata":{"name":"web.1","resourceVersion":"12"},"count":2,"message":"m"}"#,
+            )
         }
     });
-    let sink = ApiSink {
-        client: Client::new(svc, "default"),
-    };
+    let sink = ApiSink { client };
     let event = ev("web", BACK_OFF_START_CONTAINER, "back-off", at(0));
     let written = sink.create(&event).await.expect("created");
     assert_eq!(

@@ -75,6 +75,12 @@ pub struct SyncLoop<S: PodSyncer> {
     pub static_published: Option<Vec<Arc<Pod>>>,
 }
 
+/// The same pod objects (by pointer, not by value) in the same order: a published list is
+/// sent again only when this is false.
+fn same_pods(a: &[Arc<Pod>], b: &[Arc<Pod>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
 /// The loop's inputs.
 pub struct Inputs {
     pub config: mpsc::Receiver<ConfigEvent>,
@@ -331,8 +337,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             .map(|(_, p)| p.clone())
             .collect();
         self.active_pods.send_if_modified(|cur| {
-            let same = cur.len() == active.len()
-                && cur.iter().zip(&active).all(|(a, b)| Arc::ptr_eq(a, b));
+            let same = same_pods(cur, &active);
             if !same {
                 *cur = Arc::new(active);
             }
@@ -363,9 +368,10 @@ impl<S: PodSyncer> SyncLoop<S> {
             podutil::is_static(p) && self.workers.phase(uid) != Some(Phase::Rejected)
         });
         let desired: Vec<Arc<Pod>> = stopping.chain(wanted.map(|(_, p)| p)).cloned().collect();
-        let same = self.static_published.as_ref().is_some_and(|last| {
-            last.len() == desired.len() && last.iter().zip(&desired).all(|(a, b)| Arc::ptr_eq(a, b))
-        });
+        let same = self
+            .static_published
+            .as_ref()
+            .is_some_and(|last| same_pods(last, &desired));
         if !same {
             m.desired(desired.clone());
             self.static_published = Some(desired);

@@ -281,43 +281,17 @@ mod tests {
     /// API's Status, which the flush reads (a 404 is "another pod", nothing is retried).
     #[tokio::test]
     async fn writes_keep_the_api_requests_and_errors() {
-        use std::sync::{Arc, Mutex};
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let log = seen.clone();
-        let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
-            let log = log.clone();
-            async move {
-                let ct = req
-                    .headers()
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-")
-                    .to_string();
-                let (parts, body) = req.into_parts();
-                let body = http_body_util::BodyExt::collect(body)
-                    .await
-                    .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-                    .unwrap_or_default();
-                log.lock().expect("log").push(format!(
-                    "{} {} {ct} {body}",
-                    parts.method,
-                    parts.uri.path()
-                ));
-                let (code, answer) = if parts.uri.path().ends_with("/gone/status") {
-                    (
-                        404,
-                        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#,
-                    )
-                } else {
-                    (200, "not a pod: the syncer does not read it")
-                };
-                let mut res =
-                    hyper::Response::new(kube::client::Body::from(answer.as_bytes().to_vec()));
-                *res.status_mut() = hyper::StatusCode::from_u16(code).expect("code");
-                Ok::<_, std::convert::Infallible>(res)
+        let (client, seen) = crate::testutil::scripted_client(|path| {
+            if path.ends_with("/gone/status") {
+                (
+                    404,
+                    r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#,
+                )
+            } else {
+                (200, "not a pod: the syncer does not read it")
             }
         });
-        let (mut s, _tx) = Syncer::new(Client::new(svc, "default"));
+        let (mut s, _tx) = Syncer::new(client);
         let key = |name: &str| PodKey {
             namespace: "ns".into(),
             name: name.into(),

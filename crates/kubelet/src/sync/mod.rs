@@ -1225,7 +1225,8 @@ pub async fn cleanup_pod(
 
 /// The pod's cgroup goes once its containers are gone (upstream destroys it in housekeeping;
 /// here at once, and housekeeping catches what fails). A failure is logged, not returned.
-/// `pod`: its spec when known, which names the one cgroup it has ([`crate::cm::ContainerManager::destroy_pod`]).
+/// `pod`: its spec when known, which names the one cgroup it has
+/// ([`crate::cm::ContainerManager::destroy_pod`]).
 pub async fn remove_pod_cgroup(ctx: &SyncContext, uid: &str, pod: Option<&Pod>) {
     if let Err(e) = ctx.cm.destroy_pod(uid, pod).await {
         warn!(uid = %uid, error = %e, "cannot remove pod cgroup; housekeeping retries");

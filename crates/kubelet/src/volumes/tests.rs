@@ -382,12 +382,30 @@ fn removing_a_pod_dir_without_mounts() {
         .is_empty());
 }
 
+/// A volume's data, `<tmp>/pv-data/keep` reading "precious", bind-mounted on `target` as a
+/// local PV would be (same file system: only the kernel's mount-root attribute tells). Returns
+/// the data's directory, to check that nothing was deleted through the mount.
+fn bind_mount_precious(tmp: &Path, target: &Path) -> std::path::PathBuf {
+    use nix::mount::{mount, MsFlags};
+    let source = tmp.join("pv-data");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("keep"), "precious").unwrap();
+    mount(
+        Some(&source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    source
+}
+
 /// The walk that spares the mount table: a real bind mount (same file system, so only the
 /// kernel's mount-root attribute can tell) deep in a pod directory is seen; the table then finds
 /// it and the teardown unmounts it before anything is removed. Needs root, as the kubelet.
 #[test]
 fn bind_mount_below_a_pod_dir_is_found_and_unmounted() {
-    use nix::mount::{mount, MsFlags};
     let tmp = tempfile::tempdir().unwrap();
     let pod_dir = tmp.path().join("pods/uid-2");
     let target = pod_dir.join("volumes/kubernetes.io~local-volume/pv");
@@ -396,17 +414,7 @@ fn bind_mount_below_a_pod_dir_is_found_and_unmounted() {
     std::fs::write(pod_dir.join("etc-hosts"), "").unwrap();
     assert!(nothing_mounted_below(&pod_dir), "no mounts yet");
     assert_eq!(is_mount_root(&target), Some(false));
-    let source = tmp.path().join("pv-data");
-    std::fs::create_dir(&source).unwrap();
-    std::fs::write(source.join("keep"), "precious").unwrap();
-    mount(
-        Some(&source),
-        &target,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .unwrap();
+    let source = bind_mount_precious(tmp.path(), &target);
     assert_eq!(is_mount_root(&target), Some(true));
     assert!(!nothing_mounted_below(&pod_dir), "the bind mount is seen");
     let below = mounts_below(&pod_dir).unwrap();
@@ -424,7 +432,7 @@ fn bind_mount_below_a_pod_dir_is_found_and_unmounted() {
 /// symlink, nested directories); one with a mount below stops that walk at the mount, untouched.
 #[test]
 fn removal_walk_removes_plain_trees_and_stops_at_a_mount() {
-    use nix::mount::{mount, umount, MsFlags};
+    use nix::mount::umount;
     let tmp = tempfile::tempdir().unwrap();
     let plain = tmp.path().join("pods/uid-3");
     std::fs::create_dir_all(plain.join("containers/c/d")).unwrap();
@@ -442,17 +450,7 @@ fn removal_walk_removes_plain_trees_and_stops_at_a_mount() {
     let mounted = tmp.path().join("pods/uid-4");
     let target = mounted.join("volumes/kubernetes.io~local-volume/pv");
     std::fs::create_dir_all(&target).unwrap();
-    let source = tmp.path().join("pv-data");
-    std::fs::create_dir(&source).unwrap();
-    std::fs::write(source.join("keep"), "precious").unwrap();
-    mount(
-        Some(&source),
-        &target,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .unwrap();
+    let source = bind_mount_precious(tmp.path(), &target);
     assert!(
         !remove_unmounted(&mounted, 0),
         "the walk stops at the mount"
