@@ -336,7 +336,7 @@ async fn missing_required_objects_are_reported() {
             == "MountVolume.SetUp failed for volume \"v\" : configmap \"absent\" not found"),
         "{evs:?}"
     );
-    let p = cp.get_json(&["pod", "needs-volume"]).unwrap();
+    let p = cp.pod_waiting("needs-volume");
     assert_eq!(p["status"]["phase"], "Pending");
     assert_eq!(waiting(&p).unwrap().0, "ContainerCreating", "{p}");
 

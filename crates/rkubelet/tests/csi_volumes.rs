@@ -337,7 +337,7 @@ async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
             .any(|(r, m)| r == "FailedMount" && m == want)
             .then_some(())
     });
-    let p = cp.get_json(&["pod", "app"]).unwrap();
+    let p = cp.pod_waiting("app");
     assert_eq!(
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
         "ContainerCreating"

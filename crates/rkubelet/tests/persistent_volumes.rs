@@ -146,7 +146,7 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
         msg,
         "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data]: error processing PVC default/data: PVC is not bound"
     );
-    let p = cp.get_json(&["pod", "writer"]).unwrap();
+    let p = cp.pod_waiting("writer");
     assert_eq!(
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
         "ContainerCreating"

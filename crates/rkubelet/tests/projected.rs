@@ -619,7 +619,7 @@ spec:
             .then_some(())
         },
     );
-    let p = cp.get_json(&["pod", "waiter"]).unwrap();
+    let p = cp.pod_waiting("waiter");
     assert_eq!(p["status"]["phase"], "Pending");
     assert_eq!(
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],

@@ -915,6 +915,21 @@ impl ControlPlane {
         })
     }
 
+    /// Waits, up to 20 s, until pod `name`'s first container shows a waiting state, and returns
+    /// the pod. The status manager writes status on its own task, independently of the event
+    /// recorder (as upstream's do), so an event seen in the API says nothing yet about the status.
+    pub fn pod_waiting(&self, name: &str) -> serde_json::Value {
+        wait_until(
+            Duration::from_secs(20),
+            &format!("{name}'s container waiting in its status"),
+            || {
+                let p = self.get_json(&["pod", name])?;
+                let reason = &p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"];
+                (!reason.is_null()).then_some(p)
+            },
+        )
+    }
+
     /// Deletes pod `name` (default namespace) with its grace period and waits, up to 60 s, until
     /// the object is gone.
     pub fn delete_pod(&self, name: &str) {
