@@ -195,6 +195,23 @@ async fn api_pods_run_report_status_and_are_deleted_gracefully() {
             .then_some(p)
     });
     assert_eq!(crasher["status"]["phase"], "Running");
+    // Its repeated events are counted on one object, as upstream's correlator does: the second
+    // "Started" patches the first, by the name and resourceVersion the API server answered the
+    // create with (the recorder reads only those fields of the answer).
+    let started = wait_json("crasher's Started counted", Duration::from_secs(20), || {
+        let ev = cp.get_json(&[
+            "events",
+            "--field-selector",
+            "involvedObject.name=crasher,reason=Started",
+        ])?;
+        let items = ev["items"].as_array()?;
+        let total: i64 = items.iter().filter_map(|e| e["count"].as_i64()).sum();
+        (total >= 2).then(|| ev.clone())
+    });
+    let items = started["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "repeats patch one event: {items:#?}");
+    assert!(items[0]["count"].as_i64() >= Some(2), "{items:#?}");
+    assert_eq!(items[0]["message"], "Started container main");
 
     // A kubelet restart adopts the containers and creates no duplicates.
     let before = env.container_ids(&uid).await;
