@@ -235,12 +235,17 @@ async fn memory_eviction(index: u32, tag: &str, extra: &str) -> String {
         "{}",
         late["status"]
     );
-    let node_events = events_for(&cp, "Node", &env.node);
-    assert!(
-        node_events
-            .iter()
-            .any(|(_, r, _)| r == "NodeHasInsufficientMemory"),
-        "{node_events:?}"
+    // The condition's event is queued after the node status patch and written by the event
+    // queue on its own: wait for it rather than read it once.
+    wait_until(
+        Duration::from_secs(30),
+        "NodeHasInsufficientMemory event",
+        || {
+            events_for(&cp, "Node", &env.node)
+                .iter()
+                .any(|(_, r, _)| r == "NodeHasInsufficientMemory")
+                .then_some(())
+        },
     );
 
     // The pressure ends after the transition period; the Guaranteed pod never stopped.

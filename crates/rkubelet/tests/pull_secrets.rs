@@ -167,12 +167,16 @@ async fn pull_secrets_against_an_auth_registry() {
             (p["status"]["phase"] == "Running").then_some(p)
         });
         assert_eq!(p["status"]["containerStatuses"][0]["ready"], true);
-        let pulled = cp.pod_events(name);
-        assert!(
-            pulled
-                .iter()
-                .any(|(r, m)| r == "Pulled" && m.starts_with("Successfully pulled image")),
-            "{pulled:?}"
+        // Events are written by their own queue, independently of the status: wait for it.
+        wait_until(
+            Duration::from_secs(30),
+            &format!("{name}'s Pulled event"),
+            || {
+                cp.pod_events(name)
+                    .iter()
+                    .any(|(r, m)| r == "Pulled" && m.starts_with("Successfully pulled image"))
+                    .then_some(())
+            },
         );
     }
     for name in ["no-secret", "wrong-password", "missing-secret"] {

@@ -28,11 +28,6 @@ fn kubectl_try(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn restart_count(cp: &ControlPlane, pod: &str) -> Option<i64> {
-    let p = cp.get_json(&["pod", pod])?;
-    p["status"]["containerStatuses"][0]["restartCount"].as_i64()
-}
-
 #[tokio::test]
 async fn kubectl_logs_tail_and_follow_through_the_apiserver() {
     let cp = ControlPlane::up("srv-logs");
@@ -154,18 +149,23 @@ async fn kubectl_logs_previous_after_a_restart() {
             "",
         )),
     );
-    wait_until(Duration::from_secs(90), "a restart", || {
-        (restart_count(&cp, "crasher")? >= 1).then_some(())
-    });
+    // The previous instance is the one in lastState, not the current one. Read while the second
+    // instance runs (2 s): once it exits, the back-off moves it into lastState, as upstream's.
+    let cs = wait_json(
+        "crasher restarted and running again",
+        Duration::from_secs(90),
+        || {
+            let p = cp.get_json(&["pod", "crasher"])?;
+            let cs = p["status"]["containerStatuses"][0].clone();
+            (cs["restartCount"].as_i64()? >= 1 && cs["state"]["running"].is_object()).then_some(cs)
+        },
+    );
     let prev = wait_until(Duration::from_secs(20), "previous logs", || {
         kubectl_try(&cp, &["logs", "crasher", "--previous"]).ok()
     });
     let lines: Vec<&str> = prev.lines().collect();
     assert_eq!(lines.len(), 1, "{prev}");
     assert!(lines[0].starts_with("instance-"), "{prev}");
-    // The previous instance is the one in lastState, not the current one.
-    let p = cp.get_json(&["pod", "crasher"]).unwrap();
-    let cs = &p["status"]["containerStatuses"][0];
     let last_id = cs["lastState"]["terminated"]["containerID"]
         .as_str()
         .unwrap();
