@@ -126,8 +126,12 @@ async fn qos_and_pod_cgroups_carry_upstreams_values() {
         assert!(holds_sleep(dir), "no container process in {dir}");
     }
 
-    // Allocatable in the Node: capacity less both reservations and the 100Mi threshold.
-    let node = cp.get_json(&["node", &env.node]).unwrap();
+    // Allocatable in the Node: capacity less both reservations and the 100Mi threshold. The
+    // static pods run before the Node is registered, so wait for its first status.
+    let node = wait_json("node with allocatable", Duration::from_secs(30), || {
+        cp.get_json(&["node", &env.node])
+            .filter(|n| n["status"]["allocatable"]["memory"].is_string())
+    });
     let alloc = node["status"]["allocatable"]["memory"]
         .as_str()
         .unwrap()

@@ -397,11 +397,14 @@ fn workloads(cl: &Cluster) {
             .unwrap()
             .to_string();
         assert_eq!(l["items"][0]["status"]["podIP"], ip.ip(), "{name}");
-        let log = cl.kubectl(&["-n", "kube-system", "logs", &name]);
-        assert!(
-            log.contains(&format!("Successfully retrieved node IP: {}", ip.ip())),
-            "{name}: {log}"
-        );
+        // Ready says the container started, not that it has logged this yet.
+        let want = format!("Successfully retrieved node IP: {}", ip.ip());
+        common::wait_until(Duration::from_secs(30), &format!("{name}: {want}"), || {
+            let out = cl.kubectl_output(&["-n", "kube-system", "logs", &name]);
+            String::from_utf8_lossy(&out.stdout)
+                .contains(&want)
+                .then_some(())
+        });
     }
     cl.kubectl_stdin(&["apply", "-f", "-"], WORKLOADS);
     let pods = cl.wait_json(

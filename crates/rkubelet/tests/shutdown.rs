@@ -116,7 +116,14 @@ fn watch_refusals(
                 }
                 let addr = format!("127.0.0.1:{port}").parse().unwrap();
                 if let Err(e) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-                    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+                    // A connection whose handshake completed into the accept queue just as the
+                    // listener closed is reset by the kernel, not refused: both say the listener
+                    // is gone (CI on 68faf26 met the reset once).
+                    use std::io::ErrorKind::{ConnectionRefused, ConnectionReset};
+                    assert!(
+                        matches!(e.kind(), ConnectionRefused | ConnectionReset),
+                        "{e}"
+                    );
                     refused[i] = Some(Instant::now());
                 }
             }
