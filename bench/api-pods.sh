@@ -13,7 +13,11 @@
 #                                 summary prints the ratios rkubelet/upstream (issue 20 item 6).
 #   QPS="50 5"                    kubeAPIQPS values to run each kubelet with (default: 50, the
 #                                 upstream default since 1.27); kubeAPIBurst is 2 x QPS, as
-#                                 upstream's defaults (50/100, 5/10 in 1.20).
+#                                 upstream's defaults (50/100, 5/10 in 1.20). eventRecordQPS and
+#                                 eventBurst get the same pair, as upstream's defaults do in each
+#                                 version: left unset, the 1.20 kubelet would send events at 5/s
+#                                 and rkubelet at its 50/s default, so upstream's start phase
+#                                 would hold a fifth of its events and defer the rest to idle.
 #   RKUBELET=path                 the rkubelet binary (default target/release/rkubelet).
 #   VERBOSITY=n                   both kubelets' `--v` (default 2; at 0 rkubelet logs no
 #                                 "started container" line and the status lag is not shown).
@@ -274,7 +278,7 @@ secs = lambda x: "timeout" if x is None else f"{x:7.2f} s"
 mib = lambda k: f"{k / 1024:7.1f} MiB"
 start_req, idle_req, stop_req = delta(audit0, audit1), delta(audit1, audit2), delta(audit2, audit3)
 
-print(f"\n=== N = {n} pods through the API: {kubelet}, kubeAPIQPS {qps} ===")
+print(f"\n=== N = {n} pods through the API: {kubelet}, kubeAPIQPS and eventRecordQPS {qps} ===")
 print(f"  {n} POSTs sent in                  {t_posted:7.2f} s")
 if lat:
     print(f"  POST -> Running+Ready in the API  p50 {secs(pct(lat, 50))}   p90 {secs(pct(lat, 90))}"
@@ -350,7 +354,8 @@ if pairs:
 PY
 )
 
-# The config file both kubelets read: only fields upstream 1.20 knows, the bench's API rate.
+# The config file both kubelets read: only fields upstream 1.20 knows, the bench's API and event
+# rates.
 write_config() {
     local file="$1" qps="$2"
     cat >"$file" <<EOF
@@ -361,6 +366,8 @@ readOnlyPort: 0
 healthzPort: 0
 kubeAPIQPS: $qps
 kubeAPIBurst: $((2 * qps))
+eventRecordQPS: $qps
+eventBurst: $((2 * qps))
 makeIPTablesUtilChains: false
 # As the tests: upstream's disk thresholds put a shared host more than 85% full under DiskPressure.
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
