@@ -329,6 +329,14 @@ pub trait CgroupManager: Send + Sync + std::fmt::Debug {
     }
     /// Pids in the cgroup and all its descendants (none when the cgroup does not exist).
     fn pids(&self, name: &CgroupName) -> Result<Vec<i32>, Error>;
+    /// The same as one hierarchy sees it: what stats read (libcontainer's v1 `GetAllPids`
+    /// walks the `devices` hierarchy alone). On v1 [`CgroupManager::pids`] walks every
+    /// hierarchy, about ten times the reads, to find a process placed in only some of them:
+    /// kill and destroy need that, a process count or a pid to find the pod's network
+    /// namespace does not. The default is `pids`.
+    fn pids_for_stats(&self, name: &CgroupName) -> Result<Vec<i32>, Error> {
+        self.pids(name)
+    }
     /// SIGKILL every process in it and its descendants; returns how many were signalled (best effort).
     fn kill_all(&self, name: &CgroupName) -> Result<usize, Error>;
     fn usage(&self, name: &CgroupName) -> Result<Usage, Error>;
@@ -401,6 +409,9 @@ impl CgroupManager for AnyManager {
     }
     fn pids(&self, name: &CgroupName) -> Result<Vec<i32>, Error> {
         dispatch!(self, m => m.pids(name))
+    }
+    fn pids_for_stats(&self, name: &CgroupName) -> Result<Vec<i32>, Error> {
+        dispatch!(self, m => m.pids_for_stats(name))
     }
     fn kill_all(&self, name: &CgroupName) -> Result<usize, Error> {
         dispatch!(self, m => m.kill_all(name))

@@ -324,6 +324,21 @@ impl CgroupManager for V1Manager {
         Ok(all.into_iter().collect())
     }
 
+    /// The `devices` hierarchy, as libcontainer's `GetAllPids`; else the one whose absence
+    /// means no such cgroup.
+    fn pids_for_stats(&self, name: &CgroupName) -> Result<Vec<i32>, Error> {
+        let dir = match self.path("devices", name) {
+            Some(d) => Ok(d),
+            None => self.main_dir(name),
+        };
+        match dir {
+            Ok(d) if d.is_dir() => fsio::pids_recursive(&d),
+            Ok(_) => Ok(Vec::new()),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
     fn kill_all(&self, name: &CgroupName) -> Result<usize, Error> {
         fsio::kill_rounds(|| self.pids(name))
     }

@@ -352,6 +352,10 @@ fn pids_children_add_process_and_destroy_deepest_first() -> TestResult {
     assert_eq!(m.pids(&pod())?, vec![40, 41, 42]);
     assert_eq!(m.pids(&pod().child("ctr1"))?, vec![41, 42]);
     assert!(m.pids(&pod().child("gone"))?.is_empty());
+    // Stats read one hierarchy: memory on this host, which has no devices hierarchy; 41 and
+    // 42 were placed in pids only.
+    assert_eq!(m.pids_for_stats(&pod())?, vec![40]);
+    assert!(m.pids_for_stats(&pod().child("gone"))?.is_empty());
     assert_eq!(
         m.children(&CgroupName::new(["kubepods", "burstable"]))?,
         vec!["pod12-34"]
@@ -375,6 +379,30 @@ fn pids_children_add_process_and_destroy_deepest_first() -> TestResult {
     }
     assert!(!m.exists(&pod()));
     m.destroy(&pod())?;
+    Ok(())
+}
+
+/// With a devices hierarchy, stats read that one (libcontainer's `GetAllPids`), children too.
+#[test]
+fn pids_for_stats_reads_the_devices_hierarchy() -> TestResult {
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path().to_path_buf();
+    let mut mounts = BTreeMap::new();
+    for c in ["cpu", "cpuacct", "memory", "devices"] {
+        fs::create_dir_all(root.join(c))?;
+        mounts.insert(c.to_string(), root.join(c));
+    }
+    let m = V1Manager::with_mounts(mounts, None);
+    let t = Tree {
+        _tmp: tmp,
+        root: root.clone(),
+    };
+    let d = "kubepods/burstable/pod12-34";
+    t.put(&format!("devices/{d}/cgroup.procs"), "7\n");
+    t.put(&format!("devices/{d}/ctr/cgroup.procs"), "9\n8\n");
+    t.put(&format!("memory/{d}/cgroup.procs"), "7\n5\n");
+    assert_eq!(m.pids_for_stats(&pod())?, vec![7, 8, 9]);
+    assert_eq!(m.pids(&pod())?, vec![5, 7, 8, 9]);
     Ok(())
 }
 

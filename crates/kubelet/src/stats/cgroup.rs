@@ -283,11 +283,12 @@ impl CgroupStats {
         out
     }
 
-    /// The processes in `path` and below it (none when it is gone). Blocking.
+    /// The processes in `path` and below it (none when it is gone), as one hierarchy sees them
+    /// ([`cgroups::CgroupManager::pids_for_stats`]). Blocking.
     pub fn pids(&self, path: &str) -> Vec<i32> {
         self.inner
             .mgr
-            .pids(&CgroupName::from_cgroupfs(path))
+            .pids_for_stats(&CgroupName::from_cgroupfs(path))
             .unwrap_or_default()
     }
 
