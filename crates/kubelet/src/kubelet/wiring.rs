@@ -772,7 +772,7 @@ impl Wiring<'_> {
                     };
                     let pods = pods.into_iter().map(Arc::new).collect();
                     let snap = source::SourceSnapshot { source: name, pods };
-                    if tx.send(snap).await.is_err() {
+                    if tx.send(snap.into()).await.is_err() {
                         return;
                     }
                 }
@@ -813,7 +813,7 @@ impl Wiring<'_> {
                         s = file_rx.recv() => match s { Some(s) => s, None => return },
                     };
                     adoption.apply(&mut snap.pods);
-                    if tx.send(snap).await.is_err() {
+                    if tx.send(snap.into()).await.is_err() {
                         return;
                     }
                 }

@@ -2,8 +2,12 @@
 //! (`spec.nodeName=<node>`) through kube-runtime's watcher, which re-lists on 410 Gone. Errors back
 //! off with [`crate::backoff::API`] (capped at a few seconds, jittered, reset by any event), a 410
 //! relists at once, and while the API server is unreachable a probe notices its return within
-//! about a second ([`crate::backoff::watch_wait`]). Sends a full snapshot after the initial list and after every change. Mirror pods are
-//! not run (the kubelet owns them, as upstream): they go to the mirror pod manager instead.
+//! about a second ([`crate::backoff::watch_wait`]). Sends a full snapshot after each list and
+//! then each change alone ([`SourceMsg::Set`] / [`SourceMsg::Delete`]): upstream's
+//! `UndeltaStore` sends the whole store per event, which the mux then diffs pod by pod; a watch
+//! delivers every change in order, so the change alone says the same for one lookup. Mirror
+//! pods are not run (the kubelet owns them, as upstream): they go to the mirror pod manager
+//! instead, whenever one of them changes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::static_pod::{CONFIG_SOURCE_ANNOTATION, MIRROR_ANNOTATION};
-use super::SourceSnapshot;
+use super::{SourceMsg, SourceSnapshot};
 use crate::mirror::MirrorHandle;
 
 pub const API_SOURCE: &str = "api";
@@ -57,10 +61,31 @@ fn split(store: &BTreeMap<String, Arc<Pod>>) -> (Vec<Arc<Pod>>, Vec<Arc<Pod>>) {
     (pods, mirrors)
 }
 
+/// What one watch change (`prev` replaced by `now` under `uid`; None for absent) sends: the
+/// message for the mux, and whether the mirror pods changed. A pod that is or was a mirror is
+/// the mirror manager's; a pod to run that became a mirror (the API server forbids it) leaves
+/// the mux as deleted.
+fn change(uid: &str, prev: Option<&Arc<Pod>>, now: Option<&Arc<Pod>>) -> (Option<SourceMsg>, bool) {
+    let was_mirror = prev.is_some_and(|p| is_mirror(p));
+    let is_mirror_now = now.is_some_and(|p| is_mirror(p));
+    let msg = match now {
+        Some(p) if !is_mirror_now => Some(SourceMsg::Set {
+            source: API_SOURCE,
+            pod: p.clone(),
+        }),
+        _ if prev.is_some() && !was_mirror => Some(SourceMsg::Delete {
+            source: API_SOURCE,
+            uid: uid.to_string(),
+        }),
+        _ => None,
+    };
+    (msg, was_mirror || is_mirror_now)
+}
+
 pub async fn run(
     client: Client,
     node_name: String,
-    tx: mpsc::Sender<SourceSnapshot>,
+    tx: mpsc::Sender<SourceMsg>,
     mirrors: MirrorHandle,
     cancel: CancellationToken,
 ) {
@@ -82,31 +107,34 @@ pub async fn run(
             retry.reset();
             last_gone = false;
         }
-        let changed = match ev {
+        let (msg, mirrors_changed) = match ev {
             Ok(Event::Init) => {
                 init.clear();
-                false
+                continue;
             }
             Ok(Event::InitApply(p)) => {
                 init.extend(keyed(p));
-                false
+                continue;
             }
             Ok(Event::InitDone) => {
                 store = std::mem::take(&mut init);
                 info!(pods = store.len(), "listed pods bound to this node");
-                true
+                let (pods, _) = split(&store);
+                let snap = SourceSnapshot {
+                    source: API_SOURCE,
+                    pods,
+                };
+                (Some(snap.into()), true)
             }
             Ok(Event::Apply(p)) => {
-                if let Some((uid, p)) = keyed(p) {
-                    store.insert(uid, p);
-                }
-                true
+                let Some((uid, p)) = keyed(p) else { continue };
+                let prev = store.insert(uid.clone(), p.clone());
+                change(&uid, prev.as_ref(), Some(&p))
             }
             Ok(Event::Delete(p)) => {
-                if let Some(uid) = p.metadata.uid.as_ref() {
-                    store.remove(uid);
-                }
-                true
+                let Some(uid) = p.metadata.uid else { continue };
+                let prev = store.remove(&uid);
+                change(&uid, prev.as_ref(), None)
             }
             Err(e) => {
                 warn!(error = %e, "watch of pods bound to this node failed; retrying");
@@ -121,23 +149,16 @@ pub async fn run(
                 {
                     return;
                 }
-                false
+                continue;
             }
         };
-        if !changed {
-            continue;
+        if mirrors_changed {
+            mirrors.observed(split(&store).1);
         }
-        let (pods, mirror_pods) = split(&store);
-        mirrors.observed(mirror_pods);
-        if tx
-            .send(SourceSnapshot {
-                source: API_SOURCE,
-                pods,
-            })
-            .await
-            .is_err()
-        {
-            return;
+        if let Some(msg) = msg {
+            if tx.send(msg).await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -166,6 +187,56 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
+        }
+    }
+
+    /// One watch change: what goes to the mux and whether the mirror manager hears of it.
+    #[test]
+    fn a_change_goes_to_the_mux_or_the_mirror_manager() {
+        let run = Arc::new(pod(Some("u"), &[]));
+        let mirror = Arc::new(pod(Some("u"), &[(MIRROR_ANNOTATION, "abc")]));
+        #[derive(Debug, PartialEq)]
+        enum Want {
+            Nothing,
+            Set,
+            Delete,
+        }
+        // (previous, now) -> (message, mirrors changed)
+        let cases = [
+            ((None, Some(&run)), (Want::Set, false)),
+            ((Some(&run), Some(&run)), (Want::Set, false)),
+            ((Some(&run), None), (Want::Delete, false)),
+            ((None, Some(&mirror)), (Want::Nothing, true)),
+            ((Some(&mirror), Some(&mirror)), (Want::Nothing, true)),
+            ((Some(&mirror), None), (Want::Nothing, true)),
+            // Not allowed by the API server, handled all the same.
+            ((Some(&run), Some(&mirror)), (Want::Delete, true)),
+            ((Some(&mirror), Some(&run)), (Want::Set, true)),
+            // The delete of a pod never stored.
+            ((None, None), (Want::Nothing, false)),
+        ];
+        for ((prev, now), (want, want_mirrors)) in cases {
+            let (msg, mirrors) = change("u", prev, now);
+            let got = match msg {
+                None => Want::Nothing,
+                Some(SourceMsg::Set { source, pod }) => {
+                    assert_eq!(source, API_SOURCE);
+                    assert!(Arc::ptr_eq(&pod, now.expect("set of a pod")));
+                    Want::Set
+                }
+                Some(SourceMsg::Delete { source, uid }) => {
+                    assert_eq!((source, uid.as_str()), (API_SOURCE, "u"));
+                    Want::Delete
+                }
+                Some(SourceMsg::Snapshot(_)) => panic!("a change sent a snapshot"),
+            };
+            assert_eq!(
+                (got, mirrors),
+                (want, want_mirrors),
+                "prev {:?} now {:?}",
+                prev.map(|p| is_mirror(p)),
+                now.map(|p| is_mirror(p))
+            );
         }
     }
 

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::static_pod::{parse_manifest, ManifestError, Origin};
-use super::{SourceSnapshot, HTTP_SOURCE};
+use super::{SourceMsg, SourceSnapshot, HTTP_SOURCE};
 
 /// Upstream's `http.Client{Timeout: 10 * time.Second}`: the whole request, body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -149,7 +149,7 @@ pub struct UrlSource {
     headers: Vec<(HeaderName, HeaderValue)>,
     node_name: String,
     period: Duration,
-    tx: mpsc::Sender<SourceSnapshot>,
+    tx: mpsc::Sender<SourceMsg>,
     /// The error instead when no TLS client configuration could be made.
     client: Result<HttpClient, String>,
     state: UrlState,
@@ -165,7 +165,7 @@ impl UrlSource {
         headers: &[(String, String)],
         node_name: String,
         period: Duration,
-        tx: mpsc::Sender<SourceSnapshot>,
+        tx: mpsc::Sender<SourceMsg>,
     ) -> Self {
         let headers = headers
             .iter()
@@ -217,7 +217,7 @@ impl UrlSource {
                     source: HTTP_SOURCE,
                     pods: pods.into_iter().map(Arc::new).collect(),
                 };
-                if self.tx.send(snap).await.is_err() {
+                if self.tx.send(snap.into()).await.is_err() {
                     return;
                 }
             }

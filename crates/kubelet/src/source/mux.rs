@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::{ConfigEvent, PodOp, PodUpdate, SourceSnapshot};
+use super::{ConfigEvent, PodOp, PodUpdate, SourceMsg, SourceSnapshot};
 use crate::podutil;
 
 /// What one source last wanted, by UID.
@@ -19,6 +19,48 @@ pub struct Merger {
 }
 
 impl Merger {
+    /// One message of a source: a snapshot is diffed whole, a change costs one lookup. Returns
+    /// (events, first_time), as [`Merger::merge`].
+    pub fn take(&mut self, msg: SourceMsg) -> (Vec<PodUpdate>, bool) {
+        match msg {
+            SourceMsg::Snapshot(snap) => self.merge(snap),
+            SourceMsg::Set { source, pod } => self.set(source, pod),
+            SourceMsg::Delete { source, uid } => self.delete(source, &uid),
+        }
+    }
+
+    /// One pod set by its source: ADD when new, UPDATE when it differs semantically. No name
+    /// check as in [`Merger::merge`]: only the API source sends changes, and the API server
+    /// holds one live pod per name and sends a pod's delete before a new pod of its name.
+    fn set(&mut self, source: &'static str, pod: Arc<Pod>) -> (Vec<PodUpdate>, bool) {
+        let first = !self.sources.contains_key(source);
+        let old = self.sources.entry(source).or_default();
+        let op = match old.get(podutil::uid(&pod)) {
+            None => Some(PodOp::Add),
+            Some(prev) if Arc::ptr_eq(prev, &pod) => None,
+            Some(prev) => differ_semantically(prev, &pod).then_some(PodOp::Update),
+        };
+        old.insert(podutil::uid(&pod).to_string(), pod.clone());
+        let out = op.map(|op| PodUpdate {
+            op,
+            pods: vec![pod],
+            source,
+        });
+        (out.into_iter().collect(), first)
+    }
+
+    /// One pod its source no longer wants: REMOVE, if the source had it.
+    fn delete(&mut self, source: &'static str, uid: &str) -> (Vec<PodUpdate>, bool) {
+        let first = !self.sources.contains_key(source);
+        let gone = self.sources.entry(source).or_default().remove(uid);
+        let out = gone.map(|pod| PodUpdate {
+            op: PodOp::Remove,
+            pods: vec![pod],
+            source,
+        });
+        (out.into_iter().collect(), first)
+    }
+
     /// Diffs a snapshot against the source's previous one. REMOVE comes before ADD so that an edited
     /// static pod (new UID, same name) frees its name first. Returns (events, first_time).
     pub fn merge(&mut self, snap: SourceSnapshot) -> (Vec<PodUpdate>, bool) {
@@ -95,18 +137,21 @@ fn differ_semantically(a: &Pod, b: &Pod) -> bool {
 
 /// The mux task: snapshots in, events out.
 pub async fn run(
-    mut rx: mpsc::Receiver<SourceSnapshot>,
+    mut rx: mpsc::Receiver<SourceMsg>,
     tx: mpsc::Sender<ConfigEvent>,
     cancel: CancellationToken,
 ) {
     let mut merger = Merger::default();
     loop {
-        let snap = tokio::select! {
+        let msg = tokio::select! {
             _ = cancel.cancelled() => return,
             s = rx.recv() => match s { Some(s) => s, None => return },
         };
-        let source = snap.source;
-        let (events, first) = merger.merge(snap);
+        let source = match &msg {
+            SourceMsg::Snapshot(s) => s.source,
+            SourceMsg::Set { source, .. } | SourceMsg::Delete { source, .. } => source,
+        };
+        let (events, first) = merger.take(msg);
         for ev in events {
             if tx.send(ConfigEvent::Update(ev)).await.is_err() {
                 return;
@@ -180,5 +225,65 @@ mod tests {
             ev.iter().map(|e| e.op).collect::<Vec<_>>(),
             vec![PodOp::Update]
         );
+    }
+
+    /// A change costs one lookup and says what the same change in a snapshot would: ADD for a
+    /// new UID, UPDATE only for a semantic difference, REMOVE for a pod the source had. The first
+    /// message of a source, whichever kind, makes it ready.
+    #[test]
+    fn changes_after_a_snapshot() {
+        let mut m = Merger::default();
+        let set = |pod: Arc<Pod>| SourceMsg::Set { source: "api", pod };
+        let delete = |uid: &str| SourceMsg::Delete {
+            source: "api",
+            uid: uid.into(),
+        };
+        let ops = |ev: &[PodUpdate]| -> Vec<(PodOp, Vec<String>)> {
+            ev.iter()
+                .map(|e| {
+                    assert_eq!(e.source, "api");
+                    let uids = e.pods.iter().map(|p| podutil::uid(p).to_string());
+                    (e.op, uids.collect())
+                })
+                .collect()
+        };
+        let snap = SourceSnapshot {
+            source: "api",
+            pods: vec![pod("a", "1")],
+        };
+        let (ev, first) = m.take(snap.into());
+        assert!(first);
+        assert_eq!(ops(&ev), vec![(PodOp::Add, vec!["1".to_string()])]);
+
+        let b = pod("b", "2");
+        let (ev, first) = m.take(set(b.clone()));
+        assert!(!first);
+        assert_eq!(ops(&ev), vec![(PodOp::Add, vec!["2".to_string()])]);
+        // The same allocation again, then a new resourceVersion alone: nothing.
+        assert!(m.take(set(b.clone())).0.is_empty());
+        let mut p = b.as_ref().clone();
+        p.metadata.resource_version = Some("7".into());
+        assert!(m.take(set(Arc::new(p.clone()))).0.is_empty());
+        // A label: UPDATE, and the source's view holds the new pod.
+        p.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        let (ev, _) = m.take(set(Arc::new(p)));
+        assert_eq!(ops(&ev), vec![(PodOp::Update, vec!["2".to_string()])]);
+        assert!(m.sources["api"]["2"].metadata.labels.is_some());
+        // Deletes: a pod the source had, then one it never had.
+        let (ev, _) = m.take(delete("1"));
+        assert_eq!(ops(&ev), vec![(PodOp::Remove, vec!["1".to_string()])]);
+        assert!(m.take(delete("1")).0.is_empty());
+        // A snapshot after changes diffs against them: "2" stays, "3" is new.
+        let (ev, _) = m.take(
+            SourceSnapshot {
+                source: "api",
+                pods: vec![m.sources["api"]["2"].clone(), pod("c", "3")],
+            }
+            .into(),
+        );
+        assert_eq!(ops(&ev), vec![(PodOp::Add, vec!["3".to_string()])]);
+        // A source whose first message is a change is ready with it.
+        let (_, first) = Merger::default().take(delete("9"));
+        assert!(first);
     }
 }
