@@ -23,7 +23,8 @@
 #                                 "started container" line and the status lag is not shown).
 #   PERF=prefix                   perf record (cpu-clock, DWARF stacks) the kubelet while it starts
 #                                 the pods (prefix-start.data), idles with them (prefix-idle.data)
-#                                 and stops them (prefix-stop.data).
+#                                 and stops them (prefix-stop.data). PERF_FREQ=hz sets
+#                                 perf's sampling frequency (default 997).
 #
 # Per N, kubelet and QPS: a fresh control plane (audit log on, to count the node's requests), a
 # fresh private containerd (INDEX 70, 71, ...), the kubelet with node credentials, then N pods
@@ -128,7 +129,7 @@ PERF = os.environ.get("PERF")
 def perf_start(phase):
     if not PERF:
         return None
-    return subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "997", "-g",
+    return subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", os.environ.get("PERF_FREQ", "997"), "-g",
                              "--call-graph", "dwarf,16384", "-p", str(pid),
                              "-o", f"{PERF}-{phase}.data"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
