@@ -248,11 +248,8 @@ async fn config_maps_and_secrets_as_files_and_env() {
     // FailedMount is recorded and the container keeps running.
     let restarts = |p: &Value| p["status"]["containerStatuses"][0]["restartCount"].clone();
     cp.kubectl(&["delete", "configmap", "cfg"]);
-    wait_until(Duration::from_secs(30), "FailedMount after delete", || {
-        cp.pod_events("reader")
-            .iter()
-            .any(|(r, m)| r == "FailedMount" && m.contains("configmap \"cfg\" not found"))
-            .then_some(())
+    cp.wait_pod_event("reader", "FailedMount", Duration::from_secs(30), |m| {
+        m.contains("configmap \"cfg\" not found")
     });
     assert_eq!(
         out(&env, &id, &["cat", "/etc/cfg/greeting"]).await,

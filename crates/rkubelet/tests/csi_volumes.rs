@@ -331,12 +331,7 @@ async fn failed_publish_recovers_and_restarts_adopt_stage_and_publish() {
         Some(&claim_pod("app", &env.node, "data", SLEEPER)),
     );
     let want = "MountVolume.SetUp failed for volume \"data\" : rpc error: code = Internal desc = injected publish failure";
-    wait_until(Duration::from_secs(60), "FailedMount event", || {
-        cp.pod_events("app")
-            .iter()
-            .any(|(r, m)| r == "FailedMount" && m == want)
-            .then_some(())
-    });
+    cp.wait_pod_event("app", "FailedMount", Duration::from_secs(60), |m| m == want);
     let p = cp.pod_waiting("app");
     assert_eq!(
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
@@ -500,16 +495,7 @@ async fn inline_and_generic_ephemeral_csi_volumes() {
     ]);
     cp.kubectl_stdin(&["apply", "-f", "-"], Some(&inline_pod("eph", &env.node)));
     let want = format!("MountVolume.SetUp failed for volume \"scratch\" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode \"Ephemeral\" not supported by driver {DRIVER} (only supports [\"Persistent\"])");
-    wait_until(
-        Duration::from_secs(60),
-        "FailedMount (lifecycle mode)",
-        || {
-            cp.pod_events("eph")
-                .iter()
-                .any(|(r, m)| r == "FailedMount" && *m == want)
-                .then_some(())
-        },
-    );
+    cp.wait_pod_event("eph", "FailedMount", Duration::from_secs(60), |m| m == want);
     assert!(driver.calls("NodePublishVolume").is_empty());
     // CSIDriver's spec is immutable: replaced by one that allows inline volumes.
     cp.kubectl(&["delete", "csidriver", DRIVER]);
@@ -615,18 +601,9 @@ async fn attach_required_waits_for_the_volume_attachment() {
     );
     let va = format!("csi-{}", sha256(&format!("vol-c{DRIVER}{}", env.node)));
     let prefix = "MountVolume.WaitForAttach failed for volume \"data\" : ";
-    wait_until(
-        Duration::from_secs(60),
-        "FailedMount (no attachment)",
-        || {
-            cp.pod_events("att")
-                .iter()
-                .any(|(r, m)| {
-                    r == "FailedMount" && m.starts_with(prefix) && m.contains(&format!("{va:?}"))
-                })
-                .then_some(())
-        },
-    );
+    cp.wait_pod_event("att", "FailedMount", Duration::from_secs(60), |m| {
+        m.starts_with(prefix) && m.contains(&format!("{va:?}"))
+    });
     // What the attach/detach controller creates and the external attacher marks attached.
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -642,18 +619,9 @@ spec:
             node = env.node
         )),
     );
-    wait_until(
-        Duration::from_secs(60),
-        "FailedMount (not attached yet)",
-        || {
-            cp.pod_events("att")
-                .iter()
-                .any(|(r, m)| {
-                    r == "FailedMount" && m.starts_with(prefix) && m.contains("not attached yet")
-                })
-                .then_some(())
-        },
-    );
+    cp.wait_pod_event("att", "FailedMount", Duration::from_secs(60), |m| {
+        m.starts_with(prefix) && m.contains("not attached yet")
+    });
     assert!(driver.calls("NodeStageVolume").is_empty());
     cp.kubectl(&[
         "patch",

@@ -133,15 +133,9 @@ async fn pvc_on_local_pv_keeps_data_across_pods_and_restarts() {
         false,
     );
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&writer));
-    let (_, msg) = wait_until(
-        Duration::from_secs(60),
-        "FailedMount for unbound PVC",
-        || {
-            cp.pod_events("writer")
-                .into_iter()
-                .find(|(r, m)| r == "FailedMount" && m.contains("PVC is not bound"))
-        },
-    );
+    let msg = cp.wait_pod_event("writer", "FailedMount", Duration::from_secs(60), |m| {
+        m.contains("PVC is not bound")
+    });
     assert_eq!(
         msg,
         "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data]: error processing PVC default/data: PVC is not bound"
@@ -273,10 +267,8 @@ async fn pv_node_affinity_fails_the_mount_and_host_path_pvs_work() {
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&claim("data", "Filesystem")));
     let pod = pvc_pod("elsewhere", &env.node, SLEEPER, "", false);
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod));
-    let (_, msg) = wait_until(Duration::from_secs(60), "NodeAffinity FailedMount", || {
-        cp.pod_events("elsewhere")
-            .into_iter()
-            .find(|(r, m)| r == "FailedMount" && m.contains("NodeAffinity"))
+    let msg = cp.wait_pod_event("elsewhere", "FailedMount", Duration::from_secs(60), |m| {
+        m.contains("NodeAffinity")
     });
     assert_eq!(
         msg,

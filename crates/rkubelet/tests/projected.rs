@@ -606,19 +606,9 @@ spec:
     );
     cp.kubectl_stdin(&["create", "-f", "-"], Some(&manifest));
     // Upstream's message for the volume; the container waits in ContainerCreating.
-    wait_until(
-        Duration::from_secs(30),
-        "FailedMount naming the configMap",
-        || {
-            cp.pod_events("waiter")
-            .iter()
-            .any(|(r, m)| {
-                r == "FailedMount"
-                    && m == "MountVolume.SetUp failed for volume \"all\" : configmap \"later\" not found"
-            })
-            .then_some(())
-        },
-    );
+    cp.wait_pod_event("waiter", "FailedMount", Duration::from_secs(30), |m| {
+        m == "MountVolume.SetUp failed for volume \"all\" : configmap \"later\" not found"
+    });
     let p = cp.pod_waiting("waiter");
     assert_eq!(p["status"]["phase"], "Pending");
     assert_eq!(

@@ -66,10 +66,8 @@ fn expect_unauthorized(cp: &ControlPlane, env: &Env, name: &str, image: &str) {
         "no registry 401 in {msg:?}\n{}",
         tail(&env.kubelet_log(), 30)
     );
-    let (_, ev) = wait_until(Duration::from_secs(30), "Failed event", || {
-        cp.pod_events(name)
-            .into_iter()
-            .find(|(r, m)| r == "Failed" && m.starts_with("Failed to pull image"))
+    let ev = cp.wait_pod_event(name, "Failed", Duration::from_secs(30), |m| {
+        m.starts_with("Failed to pull image")
     });
     assert!(ev.contains("401 Unauthorized"), "{ev}");
     // Then the pull backs off, as for any failed pull.
@@ -168,16 +166,9 @@ async fn pull_secrets_against_an_auth_registry() {
         });
         assert_eq!(p["status"]["containerStatuses"][0]["ready"], true);
         // Events are written by their own queue, independently of the status: wait for it.
-        wait_until(
-            Duration::from_secs(30),
-            &format!("{name}'s Pulled event"),
-            || {
-                cp.pod_events(name)
-                    .iter()
-                    .any(|(r, m)| r == "Pulled" && m.starts_with("Successfully pulled image"))
-                    .then_some(())
-            },
-        );
+        cp.wait_pod_event(name, "Pulled", Duration::from_secs(30), |m| {
+            m.starts_with("Successfully pulled image")
+        });
     }
     for name in ["no-secret", "wrong-password", "missing-secret"] {
         expect_unauthorized(&cp, &env, name, &image);

@@ -25,15 +25,11 @@ fn with_class(pod: String, class: &str) -> String {
 }
 
 fn sandbox_event(cp: &ControlPlane, name: &str) -> String {
-    wait_until(
+    cp.wait_pod_event(
+        name,
+        "FailedCreatePodSandBox",
         Duration::from_secs(60),
-        "FailedCreatePodSandBox event",
-        || {
-            cp.pod_events(name)
-                .into_iter()
-                .find(|(r, _)| r == "FailedCreatePodSandBox")
-                .map(|(_, m)| m)
-        },
+        |_| true,
     )
 }
 

@@ -944,6 +944,23 @@ impl ControlPlane {
         self.events_of("Pod", name)
     }
 
+    /// Waits up to `timeout` for an event on Pod `name` with `reason` and a message that
+    /// `matches`, and returns the message.
+    pub fn wait_pod_event(
+        &self,
+        name: &str,
+        reason: &str,
+        timeout: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        wait_until(timeout, &format!("{reason} event on pod {name}"), || {
+            self.pod_events(name)
+                .into_iter()
+                .find(|(r, m)| r == reason && matches(m))
+                .map(|(_, m)| m)
+        })
+    }
+
     /// The events recorded on Node `name`, as `(reason, message)`.
     pub fn node_events(&self, name: &str) -> Vec<(String, String)> {
         self.events_of("Node", name)
