@@ -119,12 +119,14 @@ pub async fn run(
             Ok(Event::InitDone) => {
                 store = std::mem::take(&mut init);
                 info!(pods = store.len(), "listed pods bound to this node");
-                let (pods, _) = split(&store);
+                // One pass for both: the mirror manager hears of the list here.
+                let (pods, mirror_pods) = split(&store);
+                mirrors.observed(mirror_pods);
                 let snap = SourceSnapshot {
                     source: API_SOURCE,
                     pods,
                 };
-                (Some(snap.into()), true)
+                (Some(snap.into()), false)
             }
             Ok(Event::Apply(p)) => {
                 let Some((uid, p)) = keyed(p) else { continue };

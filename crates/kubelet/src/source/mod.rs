@@ -71,6 +71,16 @@ pub enum SourceMsg {
     Delete { source: &'static str, uid: String },
 }
 
+impl SourceMsg {
+    /// The source that sent it.
+    pub fn source(&self) -> &'static str {
+        match self {
+            SourceMsg::Snapshot(s) => s.source,
+            SourceMsg::Set { source, .. } | SourceMsg::Delete { source, .. } => source,
+        }
+    }
+}
+
 impl From<SourceSnapshot> for SourceMsg {
     fn from(s: SourceSnapshot) -> Self {
         SourceMsg::Snapshot(s)

@@ -147,10 +147,7 @@ pub async fn run(
             _ = cancel.cancelled() => return,
             s = rx.recv() => match s { Some(s) => s, None => return },
         };
-        let source = match &msg {
-            SourceMsg::Snapshot(s) => s.source,
-            SourceMsg::Set { source, .. } | SourceMsg::Delete { source, .. } => source,
-        };
+        let source = msg.source();
         let (events, first) = merger.take(msg);
         for ev in events {
             if tx.send(ConfigEvent::Update(ev)).await.is_err() {
