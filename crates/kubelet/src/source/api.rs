@@ -7,7 +7,8 @@
 //! `UndeltaStore` sends the whole store per event, which the mux then diffs pod by pod; a watch
 //! delivers every change in order, so the change alone says the same for one lookup. Mirror
 //! pods are not run (the kubelet owns them, as upstream): they go to the mirror pod manager
-//! instead, whenever one of them changes.
+//! instead, whenever one of them changes. Pods are read without `metadata.managedFields`
+//! ([`LeanPod`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::lean_pod::LeanPod;
 use super::static_pod::{CONFIG_SOURCE_ANNOTATION, MIRROR_ANNOTATION};
 use super::{SourceMsg, SourceSnapshot};
 use crate::mirror::MirrorHandle;
@@ -30,15 +32,14 @@ pub const API_SOURCE: &str = "api";
 /// The pod by UID, as the snapshots share it: a pod to run marked `config.source: api` once,
 /// here, rather than in a copy per snapshot.
 ///
-/// `metadata.managedFields` is dropped: nothing in the kubelet reads it (status goes out as a
-/// patch of `status` alone, mirror pods are created and deleted whole), and it was the largest
-/// part of every pod kept: heaptrack at 100 API pods put about 1.1 MB of the 9.1 MB heap peak in
-/// its field sets' maps. Upstream keeps it (its informers store the object as listed); kube-rs
-/// recommends the same trim for reflector stores. The one visible difference: `/pods` on 10250
-/// lists the pods without it.
-fn keyed(mut pod: Pod) -> Option<(String, Arc<Pod>)> {
+/// `metadata.managedFields` is not there ([`LeanPod`] skips it while parsing): nothing in the
+/// kubelet reads it (status goes out as a patch of `status` alone, mirror pods are created and
+/// deleted whole), and it was the largest part of every pod kept: heaptrack at 100 API pods put
+/// about 1.1 MB of the 9.1 MB heap peak in its field sets' maps. Upstream keeps it (its
+/// informers store the object as listed); kube-rs recommends the same trim for reflector
+/// stores. The one visible difference: `/pods` on 10250 lists the pods without it.
+fn keyed(LeanPod(mut pod): LeanPod) -> Option<(String, Arc<Pod>)> {
     let uid = pod.metadata.uid.clone()?;
-    pod.metadata.managed_fields = None;
     if !is_mirror(&pod) {
         pod.metadata
             .annotations
@@ -89,7 +90,7 @@ pub async fn run(
     mirrors: MirrorHandle,
     cancel: CancellationToken,
 ) {
-    let pods: Api<Pod> = Api::all(client.clone());
+    let pods: Api<LeanPod> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     // No kube-runtime backoff: the stream is lazy, so not polling it while `watch_wait` sleeps
     // is the backoff.
@@ -134,7 +135,9 @@ pub async fn run(
                 change(&uid, prev.as_ref(), Some(&p))
             }
             Ok(Event::Delete(p)) => {
-                let Some(uid) = p.metadata.uid else { continue };
+                let Some(uid) = p.0.metadata.uid else {
+                    continue;
+                };
                 let prev = store.remove(&uid);
                 change(&uid, prev.as_ref(), None)
             }
@@ -167,7 +170,7 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
 
@@ -182,10 +185,6 @@ mod tests {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect()
                 }),
-                managed_fields: Some(vec![ManagedFieldsEntry {
-                    manager: Some("kubectl".into()),
-                    ..Default::default()
-                }]),
                 ..Default::default()
             },
             ..Default::default()
@@ -243,7 +242,7 @@ mod tests {
     }
 
     #[test]
-    fn keyed_marks_the_source_and_drops_managed_fields() {
+    fn keyed_marks_the_source() {
         // (pod, expected uid, expected config.source annotation)
         let mirror = [(MIRROR_ANNOTATION, "abc")];
         let cases: [(Pod, Option<&str>, Option<&str>); 3] = [
@@ -252,10 +251,9 @@ mod tests {
             (pod(None, &[]), None, None),
         ];
         for (p, uid, source) in cases {
-            let got = keyed(p);
+            let got = keyed(LeanPod(p));
             assert_eq!(got.as_ref().map(|(u, _)| u.as_str()), uid);
             let Some((_, p)) = got else { continue };
-            assert_eq!(p.metadata.managed_fields, None);
             let ann = p.metadata.annotations.as_ref();
             assert_eq!(
                 ann.and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))

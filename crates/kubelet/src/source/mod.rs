@@ -11,6 +11,7 @@ pub mod adopt;
 pub mod api;
 pub mod file;
 pub mod http;
+pub mod lean_pod;
 pub mod mux;
 pub mod static_pod;
 
