@@ -942,6 +942,7 @@ impl Wiring<'_> {
             csi,
             heap_released_at: 0,
             static_published: None,
+            static_uids: Default::default(),
         };
         let inputs = sync_loop::Inputs {
             config: sources.config,

@@ -171,6 +171,14 @@ impl PodRecord {
     }
 
     /// True while a worker task runs for the pod.
+    /// The pod, while a worker stops it.
+    fn stopping_pod(&self) -> Option<&Arc<Pod>> {
+        match (self.has_worker(), self.phase) {
+            (true, Phase::Terminating { .. }) => self.pod.as_ref(),
+            _ => None,
+        }
+    }
+
     pub fn has_worker(&self) -> bool {
         self.worker.is_some()
     }
@@ -238,16 +246,13 @@ impl<S: PodSyncer> PodWorkers<S> {
         )
     }
 
-    /// Pods whose containers are still being stopped (upstream
+    /// The pod under `uid` if its containers are still being stopped (upstream
     /// `IsPodForMirrorPodTerminatingByFullName` asks this of the static pods): their mirror pods
     /// stay until they have terminated. A terminated pod whose worker is still removing its
-    /// sandbox, logs and directory is not listed: upstream deletes its mirror then, as an API
+    /// sandbox, logs and directory is not stopping: upstream deletes its mirror then, as an API
     /// pod's object goes before that cleanup (`sync::cleanup_pod`).
-    pub fn stopping(&self) -> impl Iterator<Item = &Arc<Pod>> {
-        self.records
-            .values()
-            .filter(|r| r.has_worker() && matches!(r.phase, Phase::Terminating { .. }))
-            .filter_map(|r| r.pod.as_ref())
+    pub fn stopping_pod(&self, uid: &str) -> Option<&Arc<Pod>> {
+        self.records.get(uid).and_then(PodRecord::stopping_pod)
     }
 
     /// Number of live worker tasks.

@@ -577,8 +577,9 @@ async fn a_pod_is_stopping_until_it_terminated_not_until_it_finished() {
     t.settle().await;
     let stopping = |t: &Table| -> Vec<String> {
         t.workers
-            .stopping()
+            .stopping_pod("u")
             .map(|p| podutil::uid(p).to_string())
+            .into_iter()
             .collect()
     };
     assert!(stopping(&t).is_empty(), "a syncing pod is not stopping");
