@@ -170,7 +170,6 @@ impl PodRecord {
         }
     }
 
-    /// True while a worker task runs for the pod.
     /// The pod, while a worker stops it.
     fn stopping_pod(&self) -> Option<&Arc<Pod>> {
         match (self.has_worker(), self.phase) {
@@ -179,6 +178,7 @@ impl PodRecord {
         }
     }
 
+    /// True while a worker task runs for the pod.
     pub fn has_worker(&self) -> bool {
         self.worker.is_some()
     }
